@@ -1,0 +1,29 @@
+"""plm-lightning: the pretraining objectives of the PLM literature as Lightning modules over shared blocks.
+
+An objective = a corruption of the input (``plm_lightning.data.corruption``) + an attention-mask shape
+(``plm_lightning.nn.masks``) + the positions that carry loss (``labels != -100``).
+"""
+
+from plm_lightning.callbacks import AtomicCheckpointIO, ThroughputMFU
+from plm_lightning.data import (
+    CausalLMCollator,
+    CausalLMDataModule,
+    MaskedLMCollator,
+    MaskedLMDataModule,
+    TextDataModule,
+    TextTokenizer,
+    embedded_corpus,
+)
+from plm_lightning.data.corruption import MaskingConfig, mask_tokens
+from plm_lightning.errors import ConfigError
+from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
+from plm_lightning.objectives import CausalLM, MaskedLM, PretrainingModule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
+    "ConfigError", "Decoder", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
+    "MaskingConfig", "PretrainingModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus",
+    "get_preset", "mask_tokens",
+]

@@ -1,0 +1,132 @@
+"""``python -m plm_lightning``: LightningCLI (fit/validate/test/predict) plus inspect, export and import.
+
+Errors in user input print one line on stderr and exit with code 2; ``PLM_DEBUG=1`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import resources
+from typing import Any
+
+from lightning.pytorch.cli import LightningCLI
+
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.errors import ConfigError
+from plm_lightning.objectives.base import PretrainingModule
+
+EXTRA_COMMANDS = ("inspect", "export", "import")
+
+
+def default_config_files() -> list[str]:
+    """Defaults under every recipe: callbacks/default.yaml, a CSV metrics logger and atomic checkpoints."""
+    package = resources.files("plm_lightning")
+    return [str(package / "callbacks" / "default.yaml"), str(package / "trainer_defaults.yaml")]
+
+
+class PLMCLI(LightningCLI):
+    """LightningCLI over every `PretrainingModule` and `TextDataModule` subclass, omegaconf interpolation on."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            PretrainingModule,
+            TextDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            parser_kwargs=self._parser_kwargs(run),
+            save_config_kwargs={"overwrite": True},
+            args=args,
+            run=run,
+            auto_configure_optimizers=False,
+        )
+
+    @staticmethod
+    def _parser_kwargs(run: bool) -> dict[str, Any]:
+        common: dict[str, Any] = {"parser_mode": "omegaconf", "exit_on_error": False}
+        if not run:
+            return common | {"default_config_files": default_config_files()}
+        per_command = {"default_config_files": default_config_files()}
+        return {cmd: dict(per_command) for cmd in ("fit", "validate", "test", "predict")} | common
+
+
+def _fail(message: str) -> None:
+    first = " ".join(str(message).strip().split("\n")[0].split())
+    print(f"plm_lightning: error: {first}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _explain_parse_error(err: Exception) -> str:
+    """Turn a jsonargparse error into one line naming the key and the valid alternatives."""
+    import re
+
+    text = " ".join(str(err).split())
+    match = re.search(r"[Kk]ey \"?'?([\w.]+)", text) or re.search(r"unrecognized arguments: (\S+)", text)
+    key = match.group(1).lstrip("-") if match else None
+    if key and "." in key:
+        section = key.rsplit(".", 1)[0]
+        valid = _valid_keys(section)
+        if valid:
+            return f"unknown key '{key}'; valid keys under '{section}': {', '.join(valid)}"
+    return text
+
+
+def _valid_keys(section: str) -> list[str]:
+    import inspect as pyinspect
+
+    from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule
+    from plm_lightning.objectives import CausalLM, MaskedLM
+
+    classes = {"model": [MaskedLM, CausalLM, PretrainingModule],
+               "data": [MaskedLMDataModule, CausalLMDataModule, TextDataModule]}
+    if section.split(".")[0] == "trainer":
+        import lightning as L
+
+        classes["trainer"] = [L.Trainer]
+    names: list[str] = []
+    for cls in classes.get(section.split(".")[0], []):
+        for klass in cls.__mro__:
+            if "__init__" in vars(klass):
+                for p in pyinspect.signature(klass.__init__).parameters.values():
+                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in names:
+                        names.append(p.name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    from_sys = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            from plm_lightning import commands
+
+            getattr(commands, f"run_{argv[0]}")(argv[1:])
+        else:
+            PLMCLI(args=None if from_sys else argv)
+    except SystemExit:
+        raise
+    except Exception as err:  # noqa: BLE001 - the CLI's one-line error contract
+        if os.environ.get("PLM_DEBUG"):
+            raise
+        user_error = _find_user_error(err)
+        if user_error is not None:
+            _fail(_explain_parse_error(user_error) if _is_parse_error(user_error) else str(user_error))
+        raise
+
+
+def _is_parse_error(err: BaseException) -> bool:
+    from jsonargparse import ArgumentError
+
+    return isinstance(err, ArgumentError)
+
+
+def _find_user_error(err: BaseException) -> BaseException | None:
+    """The ConfigError / parse error / missing file behind ``err`` (possibly wrapped by Lightning or jsonargparse)."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ConfigError | FileNotFoundError) or _is_parse_error(e):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None

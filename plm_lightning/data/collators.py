@@ -1,0 +1,82 @@
+"""Batch collators: stack packed blocks and apply an objective's corruption, seeded per sample.
+
+Every collator returns ``input_ids``, ``attention_mask`` and ``labels`` where ``labels[b, i]`` is the token the
+model must predict *from position i* (-100 where there is no loss). Extras: ``token_type_ids``,
+``next_sentence_label``, ``document_ids`` (for block-diagonal attention over packed documents).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator for one sample: a pure function of (seed, epoch, sample index), so resumed runs and every
+    DataLoader worker reproduce the same corruption."""
+    return np.random.default_rng([seed, epoch, index])
+
+
+def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    ids = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
+    docs = np.stack([s["document_ids"] for s in samples]).astype(np.int64)
+    return {"input_ids": ids, "document_ids": docs, "attention_mask": docs >= 0}
+
+
+def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mask: bool) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {"attention_mask": torch.from_numpy(stacked["attention_mask"])}
+    if samples[0].get("segment_b_start") is not None:
+        starts = np.array([s["segment_b_start"] for s in samples])[:, None]
+        positions = np.arange(stacked["input_ids"].shape[1])[None]
+        out["token_type_ids"] = torch.from_numpy(((positions >= starts) & stacked["attention_mask"]).astype(np.int64))
+        out["next_sentence_label"] = torch.tensor([int(s["next_sentence_label"]) for s in samples])
+    if document_mask:
+        out["document_ids"] = torch.from_numpy(stacked["document_ids"])
+    return out
+
+
+class MaskedLMCollator:
+    """BERT/RoBERTa dynamic masking (or static: ``dupe_factor`` fixed maskings cycled over epochs)."""
+
+    objective = "masked_lm"
+
+    def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
+                 seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False):
+        self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
+        self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
+        self.seed, self.static_masking, self.dupe_factor = seed, static_masking, dupe_factor
+        self.document_mask = document_mask
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        stacked = _stack(samples)
+        ids = stacked["input_ids"]
+        maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
+        corrupted, labels = np.empty_like(ids), np.empty_like(ids)
+        for row, s in enumerate(samples):
+            epoch = s["epoch"] % self.dupe_factor if self.static_masking else s["epoch"]
+            rng = sample_rng(self.seed, epoch, s["index"])
+            corrupted[row], labels[row] = mask_tokens(ids[row], maskable[row], rng, self.masking,
+                                                      self.mask_token_id, self.random_token_ids)
+        return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
+                **_extras(samples, stacked, self.document_mask)}
+
+
+class CausalLMCollator:
+    """Next-token prediction: ``labels[i] = input_ids[i + 1]`` (no corruption; every real token carries loss)."""
+
+    objective = "causal_lm"
+
+    def __init__(self, document_mask: bool = False) -> None:
+        self.document_mask = document_mask
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        stacked = _stack(samples)
+        ids, real = stacked["input_ids"], stacked["attention_mask"]
+        labels = np.full_like(ids, IGNORE_INDEX)
+        labels[:, :-1] = np.where(real[:, 1:], ids[:, 1:], IGNORE_INDEX)
+        return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
+                **_extras(samples, stacked, self.document_mask)}

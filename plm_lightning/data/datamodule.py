@@ -1,0 +1,224 @@
+"""LightningDataModules: text -> tokenizer -> packed blocks -> (epoch, index)-seeded corruption collator."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from torch.utils.data import Dataset
+
+from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator
+from plm_lightning.data.corruption import MaskingConfig
+from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, build_or_load
+from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sources import load_documents, source_fingerprint
+from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
+from plm_lightning.errors import ConfigError
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("PLM_LIGHTNING_CACHE", Path.home() / ".cache" / "plm_lightning"))
+
+
+class BlockDataset(Dataset):
+    """Packed blocks addressed by ``(epoch, index)`` keys (a plain int means epoch 0)."""
+
+    def __init__(self, blocks: PackedBlocks) -> None:
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        b = self.blocks
+        return {
+            "index": index,
+            "epoch": epoch,
+            "input_ids": np.asarray(b.input_ids[index]),
+            "document_ids": np.asarray(b.document_ids[index]),
+            "segment_b_start": None if b.segment_b_start is None else int(b.segment_b_start[index]),
+            "next_sentence_label": None if b.next_sentence_label is None else int(b.next_sentence_label[index]),
+        }
+
+
+class TextDataModule(L.LightningDataModule):
+    """Shared data path of every objective; subclasses choose the packing mode and the collator."""
+
+    required_special_tokens: tuple[str, ...] = ("pad",)
+
+    def __init__(
+        self,
+        source: str | None = None,
+        text_field: str = "text",
+        split: str = "train",
+        tokenizer: str = "wordpiece",
+        tokenizer_vocab_size: int = 8192,
+        seq_len: int = 128,
+        packing: PackingMode = "full_sentences",
+        batch_size: int = 32,
+        num_workers: int = 0,
+        val_fraction: float = 0.02,
+        seed: int = 1234,
+        document_mask: bool = False,
+        max_documents: int | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        """
+        Args:
+            source: ``embedded`` (default corpus), a .txt/.jsonl/.parquet file, directory or glob, or a HF dataset.
+            text_field: Field (jsonl) or column (parquet, datasets) holding the text.
+            split: Split of a Hugging Face dataset.
+            tokenizer: A kind to train on the corpus (wordpiece, bpe, gpt2) or a tokenizer.json / HF directory.
+            tokenizer_vocab_size: Vocabulary size when training a tokenizer.
+            seq_len: Tokens per block.
+            packing: contiguous | full_sentences | doc_sentences | sentence_pairs.
+            batch_size: Blocks per batch on each device.
+            num_workers: DataLoader worker processes.
+            val_fraction: Fraction of documents held out for validation.
+            seed: Seeds the split, the sample order and every corruption (with epoch and sample index).
+            document_mask: Block-diagonal attention so packed documents never see each other.
+            max_documents: Use only the first N documents (quick experiments).
+            cache_dir: Where trained tokenizers and packed blocks are cached (default $PLM_LIGHTNING_CACHE or
+                ~/.cache/plm_lightning).
+        """
+        super().__init__()
+        if packing not in PACKING_MODES:
+            raise ConfigError(f"data.packing={packing!r} is not one of {', '.join(PACKING_MODES)}")
+        for key, value in (("seq_len", seq_len), ("batch_size", batch_size), ("tokenizer_vocab_size", tokenizer_vocab_size)):
+            if value < 1:
+                raise ConfigError(f"data.{key}={value} must be a positive integer")
+        if seq_len < 8:
+            raise ConfigError(f"data.seq_len={seq_len} is too short; use at least 8 tokens")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction={val_fraction} must be in [0, 1)")
+        self.save_hyperparameters()
+        self.source, self.text_field, self.split_name = source, text_field, split
+        self.tokenizer_spec, self.vocab_size_to_train = tokenizer, tokenizer_vocab_size
+        self.seq_len, self.packing, self.batch_size, self.num_workers = seq_len, packing, batch_size, num_workers
+        self.val_fraction, self.seed, self.document_mask, self.max_documents = val_fraction, seed, document_mask, max_documents
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self._tokenizer: TextTokenizer | None = None
+        self._documents: tuple[list[str], str] | None = None
+        self.blocks: dict[str, PackedBlocks] = {}
+
+    # -- text and tokenizer -------------------------------------------------------------------------------------
+    def documents(self) -> tuple[list[str], str]:
+        if self._documents is None:
+            self._documents = load_documents(self.source, self.text_field, self.split_name, self.max_documents)
+        return self._documents
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            fingerprint = self._fingerprint() if self.tokenizer_spec in KINDS else ""
+            tok = get_tokenizer(self.tokenizer_spec, lambda: self.documents()[0], self.vocab_size_to_train,
+                                self.cache_dir, fingerprint)
+            tok.require(self.required_special_tokens, f"{type(self).__name__} (packing={self.packing})")
+            self._tokenizer = tok
+        return self._tokenizer
+
+    def _tokenizer_file(self) -> str:
+        name = self.tokenizer.name
+        path = name[name.find("(trained, ") + 10: -1] if "(trained, " in name else name
+        p = Path(path)
+        return str(p / "tokenizer.json" if p.is_dir() else p)
+
+    # -- Lightning hooks ----------------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        self._load_blocks()
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.blocks:
+            self._load_blocks()
+
+    def _load_blocks(self) -> None:
+        self.blocks = build_or_load(
+            lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self._tokenizer_file(), self.packing,
+            self.seq_len, self.val_fraction, self.seed, self.cache_dir,
+        )
+        if len(self.blocks["train"]) == 0:
+            raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.seq_len}-token training "
+                              f"block with packing={self.packing}; add text or lower data.seq_len")
+
+    def _fingerprint(self) -> str:
+        if self._documents is not None:
+            return self._documents[1]
+        cheap = source_fingerprint(self.source, self.text_field, self.max_documents)
+        return cheap if cheap is not None else self.documents()[1]
+
+    def collator(self) -> Any:
+        raise NotImplementedError
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        blocks = self.blocks[split]
+        if len(blocks) == 0:
+            return []
+        trainer = self.trainer
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = BlockSampler(len(blocks), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
+                               drop_last=shuffle)
+        return ResumableDataLoader(BlockDataset(blocks), batch_size=self.batch_size, sampler=sampler,
+                                   collate_fn=self.collator(), num_workers=self.num_workers, drop_last=shuffle,
+                                   persistent_workers=False)
+
+    def train_dataloader(self) -> ResumableDataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> ResumableDataLoader | list:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> ResumableDataLoader | list:
+        return self._loader("val", shuffle=False)
+
+    def predict_dataloader(self) -> ResumableDataLoader | list:
+        return self._loader("val", shuffle=False)
+
+
+class MaskedLMDataModule(TextDataModule):
+    """BERT / RoBERTa data: sentence-pair packing for NSP (BERT) or FULL-SENTENCES (RoBERTa), dynamic masking."""
+
+    required_special_tokens = ("pad", "cls", "sep", "mask")
+
+    def __init__(
+        self,
+        *args: Any,
+        mask_prob: float = 0.15,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        static_masking: bool = False,
+        dupe_factor: int = 10,
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            mask_prob: Fraction of non-special tokens chosen for prediction (exact per sequence).
+            mask_replace_prob: Of the chosen, fraction replaced by the mask token.
+            random_replace_prob: Of the chosen, fraction replaced by a random token (the rest stay unchanged).
+            static_masking: Fixed masks per sample (BERT's original pipeline) instead of dynamic masking (RoBERTa).
+            dupe_factor: With static masking, the number of distinct maskings cycled over epochs.
+        """
+        super().__init__(*args, **kwargs)
+        self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
+        self.static_masking, self.dupe_factor = static_masking, dupe_factor
+
+    def collator(self) -> MaskedLMCollator:
+        tok = self.tokenizer
+        return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
+                                self.static_masking, self.dupe_factor, self.document_mask)
+
+
+class CausalLMDataModule(TextDataModule):
+    """GPT / GPT-2 data: documents joined by the end-of-text token, contiguous blocks, no corruption."""
+
+    required_special_tokens = ("eos",)
+
+    def __init__(self, *args: Any, tokenizer: str = "gpt2", packing: PackingMode = "contiguous",
+                 **kwargs: Any) -> None:
+        super().__init__(*args, tokenizer=tokenizer, packing=packing, **kwargs)
+
+    def collator(self) -> CausalLMCollator:
+        return CausalLMCollator(self.document_mask)

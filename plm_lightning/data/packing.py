@@ -1,0 +1,240 @@
+"""Tokenize once, pack into fixed-length blocks stored as memory-mapped ``.npy`` files, cached by content hash.
+
+Packing modes:
+
+* ``contiguous`` - GPT-2: documents joined with the end-of-text token and cut into blocks (Radford et al. 2019).
+* ``full_sentences`` - RoBERTa FULL-SENTENCES (Liu et al. 2019, sec. 4.2): whole sentences packed contiguously,
+  crossing document boundaries with an extra separator token.
+* ``doc_sentences`` - RoBERTa DOC-SENTENCES: the same, but a block never crosses a document boundary.
+* ``sentence_pairs`` - BERT NSP pairs (Devlin et al. 2019, sec. 3.1 "Task #2" and create_pretraining_data):
+  segment B is the real continuation half the time, else a segment from another document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from plm_lightning.data.sources import split_sentences
+from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.errors import ConfigError
+
+PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs"]
+PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs")
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PackedBlocks:
+    """Fixed-length blocks of one split. ``document_ids`` numbers the documents inside each block (-1 = padding)."""
+
+    input_ids: np.ndarray
+    document_ids: np.ndarray
+    segment_b_start: np.ndarray | None = None
+    """sentence_pairs: index of the first token of segment B ([CLS] A [SEP] | B [SEP])."""
+    next_sentence_label: np.ndarray | None = None
+    """sentence_pairs: 0 = B continues A, 1 = B is random (the Hugging Face convention)."""
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def save(self, directory: Path, split: str) -> None:
+        for name in ("input_ids", "document_ids", "segment_b_start", "next_sentence_label"):
+            value = getattr(self, name)
+            if value is not None:
+                np.save(directory / f"{split}.{name}.npy", value)
+
+    @classmethod
+    def load(cls, directory: Path, split: str) -> PackedBlocks:
+        def get(name: str) -> np.ndarray | None:
+            path = directory / f"{split}.{name}.npy"
+            return np.load(path, mmap_mode="r") if path.exists() else None
+
+        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("next_sentence_label"))
+
+
+@dataclass
+class TokenizedDocument:
+    sentences: list[list[int]]
+
+
+def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool) -> list[TokenizedDocument]:
+    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them."""
+    units = [split_sentences(d) if by_sentence else [d] for d in documents]
+    flat = [s for u in units for s in u]
+    encoded = tokenizer.encode_batch(flat)
+    out, pos = [], 0
+    for u in units:
+        sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
+        pos += len(u)
+        if sentences:
+            out.append(TokenizedDocument(sentences))
+    return out
+
+
+def _blocks_from_rows(rows: list[tuple[list[int], list[int]]], length: int, pad_id: int) -> PackedBlocks:
+    ids = np.full((len(rows), length), pad_id, dtype=np.int32)
+    docs = np.full((len(rows), length), -1, dtype=np.int16)
+    for i, (tokens, doc_ids) in enumerate(rows):
+        ids[i, : len(tokens)] = tokens
+        docs[i, : len(doc_ids)] = doc_ids
+    return PackedBlocks(ids, docs)
+
+
+def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> PackedBlocks:
+    """Concatenate ``doc <eos> doc <eos> ...`` and cut into ``length``-token blocks (the tail is dropped)."""
+    tokens, doc_index = [], []
+    for i, d in enumerate(docs):
+        ids = [t for s in d.sentences for t in s] + [eos_id]
+        tokens.extend(ids)
+        doc_index.extend([i] * len(ids))
+    n = len(tokens) // length
+    ids = np.asarray(tokens[: n * length], dtype=np.int32).reshape(n, length)
+    doc = np.asarray(doc_index[: n * length], dtype=np.int64).reshape(n, length)
+    local = (doc - doc[:, :1]).astype(np.int16)  # renumber from 0 inside each block
+    return PackedBlocks(ids, local)
+
+
+def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
+                   cross_documents: bool) -> PackedBlocks:
+    """RoBERTa FULL-SENTENCES (``cross_documents``) or DOC-SENTENCES: ``[CLS] s1 s2 ... [SEP]``."""
+    budget = length - 2
+    rows: list[tuple[list[int], list[int]]] = []
+    cur: list[int] = []
+    cur_docs: list[int] = []
+
+    def flush() -> None:
+        if cur:
+            rows.append(([cls_id, *cur, sep_id], [cur_docs[0], *cur_docs, cur_docs[-1]]))
+            cur.clear()
+            cur_docs.clear()
+
+    for d in docs:
+        local_doc = (cur_docs[-1] + 1) if cur_docs else 0
+        for sentence in d.sentences:
+            for start in range(0, len(sentence), budget):
+                piece = sentence[start: start + budget]
+                boundary = bool(cur_docs) and cur_docs[-1] != local_doc
+                if len(cur) + len(piece) + int(boundary) > budget:
+                    flush()
+                    local_doc, boundary = 0, False
+                if boundary:  # the extra separator between documents, counted with the previous document
+                    cur.append(sep_id)
+                    cur_docs.append(cur_docs[-1])
+                cur.extend(piece)
+                cur_docs.extend([local_doc] * len(piece))
+        if not cross_documents:
+            flush()
+    flush()
+    return _blocks_from_rows(rows, length, pad_id)
+
+
+def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
+    """BERT's truncate_seq_pair: drop tokens from the front or back (at random) of the longer segment."""
+    while len(a) + len(b) > max_tokens:
+        longer = a if len(a) > len(b) else b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
+                        rng: np.random.Generator, short_seq_prob: float = 0.1) -> PackedBlocks:
+    """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the NSP label."""
+    max_tokens = length - 3
+    rows, b_starts, labels = [], [], []
+    for di, doc in enumerate(docs):
+        target = max_tokens
+        if rng.random() < short_seq_prob:
+            target = int(rng.integers(2, max_tokens + 1))
+        chunk: list[list[int]] = []
+        chunk_len, i = 0, 0
+        while i < len(doc.sentences):
+            chunk.append(doc.sentences[i])
+            chunk_len += len(doc.sentences[i])
+            if i == len(doc.sentences) - 1 or chunk_len >= target:
+                a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
+                a = [t for s in chunk[:a_end] for t in s]
+                b: list[int] = []
+                is_random = len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
+                if is_random:
+                    other = di
+                    for _ in range(10):
+                        other = int(rng.integers(0, len(docs)))
+                        if other != di:
+                            break
+                    sentences = docs[other].sentences
+                    for s in sentences[int(rng.integers(0, len(sentences))):]:
+                        b.extend(s)
+                        if len(b) >= target - len(a):
+                            break
+                    i -= len(chunk) - a_end  # put the unused sentences back
+                else:
+                    b = [t for s in chunk[a_end:] for t in s]
+                if a and b:
+                    _truncate_pair(a, b, max_tokens, rng)
+                    rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
+                    b_starts.append(len(a) + 2)
+                    labels.append(int(is_random))
+                chunk, chunk_len = [], 0
+            i += 1
+    blocks = _blocks_from_rows(rows, length, pad_id)
+    blocks.segment_b_start = np.asarray(b_starts, dtype=np.int32)
+    blocks.next_sentence_label = np.asarray(labels, dtype=np.int8)
+    return blocks
+
+
+def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic train/validation split by document index."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = 0 if val_fraction <= 0 or n < 2 else max(1, int(round(val_fraction * n)))
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int) -> PackedBlocks:
+    ids = tokenizer.ids
+    if mode == "contiguous":
+        return pack_contiguous(docs, length, ids["eos"])
+    if mode in ("full_sentences", "doc_sentences"):
+        return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
+    if mode == "sentence_pairs":
+        return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed))
+    raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")
+
+
+def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str, mode: str,  # noqa: ANN001
+                  length: int, val_fraction: float, seed: int, cache_dir: Path) -> dict[str, PackedBlocks]:
+    """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split) and then memory-mapped.
+
+    ``documents_fn`` is only called on a cache miss.
+    """
+    tok_hash = hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest() if Path(tokenizer_file).is_file() else ""
+    key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tok_hash, length=length, mode=mode,
+                      val_fraction=val_fraction, seed=seed)
+    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
+    target = cache_dir / "packed" / f"{mode}-{length}-{key}"
+    if not (target / "meta.json").is_file():
+        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous")
+        train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+        counts = {}
+        for split, idx in (("train", train_idx), ("val", val_idx)):
+            blocks = pack([docs[i] for i in idx], mode, length, tokenizer, seed)
+            blocks.save(tmp, split)
+            counts[split] = len(blocks)
+        (tmp / "meta.json").write_text(json.dumps({**key_fields, "blocks": counts}, indent=2))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # built concurrently by another process
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {split: PackedBlocks.load(target, split) for split in ("train", "val")}

@@ -1,0 +1,210 @@
+"""Text sources: the embedded corpus, local files (txt, jsonl, parquet; files, directories, globs), HF datasets.
+
+Every source yields documents (strings; paragraphs separated by blank lines) and a fingerprint that changes
+whenever the text may have changed, used as a cache key downstream.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+from plm_lightning.errors import ConfigError
+
+EMBEDDED = "embedded"
+TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
+_EMBEDDED_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo", "ensurepip",
+                  "__pycache__", "__phello__"}
+
+
+def _module_docstrings(path: Path) -> str:
+    """All docstrings of one module, read with ``ast`` (the module is never imported or executed)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return ""
+    parts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and len(doc) > 40:
+                parts.append(doc)
+    return "\n\n".join(parts)
+
+
+@cache
+def embedded_corpus() -> tuple[str, ...]:
+    """The default corpus: Python's documentation topics (``pydoc_data.topics``) and the docstrings of the standard
+    library, one document per topic or module. Deterministic for a Python version; nothing is downloaded."""
+    documents: list[str] = []
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # some distributions strip pydoc_data
+        topics = {}
+    documents.extend(topics[name].strip() for name in sorted(topics) if topics[name].strip())
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _EMBEDDED_SKIP and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                text = _module_docstrings(Path(dirpath) / name)
+                if text:
+                    documents.append(text)
+    return tuple(documents)
+
+
+def _embedded_fingerprint() -> str:
+    return f"embedded-v1-{sys.version}-{sysconfig.get_paths()['stdlib']}"
+
+
+def resolve_files(source: str) -> list[Path]:
+    """Expand a file, directory or glob into a sorted list of readable text files, or raise a `ConfigError`."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        if not files:
+            raise ConfigError(f"data.source: directory '{source}' has no {', '.join(TEXT_SUFFIXES)} files")
+        return files
+    if path.is_file():
+        return [path]
+    matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(source), recursive=True) if Path(p).is_file())
+    if matches:
+        return matches
+    raise ConfigError(
+        f"data.source: no such file, directory or glob '{source}'; give .txt/.jsonl/.parquet files, a directory or "
+        f"glob of them, a saved or named Hugging Face dataset, or '{EMBEDDED}'"
+    )
+
+
+def _check_text_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    if not head.strip():
+        raise ConfigError(f"data.source: file '{path}' is empty")
+    if b"\x00" in head and path.suffix != ".parquet":
+        raise ConfigError(f"data.source: file '{path}' is binary, not UTF-8 text; give .txt, .jsonl or .parquet files")
+
+
+def _read_file(path: Path, text_field: str) -> Iterator[str]:
+    _check_text_file(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path, columns=[text_field])
+        except (KeyError, ValueError) as err:
+            raise ConfigError(f"data.text_field: parquet file '{path}' has no column {text_field!r}") from err
+        except Exception as err:  # pyarrow raises its own error types for non-parquet bytes
+            raise ConfigError(f"data.source: '{path}' is not a readable parquet file ({err})") from err
+        yield from (t for t in table.column(text_field).to_pylist() if t)
+        return
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"data.source: file '{path}' is not UTF-8 text (byte {err.start}); is it binary?") from err
+    if path.suffix == ".jsonl":
+        for line_no, line in enumerate(content.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"data.source: '{path}' line {line_no} is not valid JSON ({err.msg})") from err
+            if not isinstance(record, dict) or text_field not in record:
+                raise ConfigError(f"data.text_field: '{path}' line {line_no} has no field {text_field!r}")
+            if record[text_field]:
+                yield str(record[text_field])
+        return
+    # .txt and anything else: BERT's pretraining format, documents separated by blank lines
+    for block in content.replace("\r\n", "\n").split("\n\n"):
+        if block.strip():
+            yield block.strip()
+
+
+def _file_fingerprint(files: list[Path], text_field: str) -> str:
+    h = hashlib.sha256(text_field.encode())
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
+
+
+def _hf_dataset(source: str, text_field: str, split: str) -> tuple[list[str], str]:
+    try:
+        import datasets
+    except ImportError as err:
+        raise ConfigError(
+            f"data.source: '{source}' is not a local file, directory or glob, and the `datasets` package is not "
+            "installed to load it as a Hugging Face dataset (pip install 'plm-lightning[datasets]')"
+        ) from err
+    path = Path(source)
+    try:
+        ds = datasets.load_from_disk(source) if path.exists() else datasets.load_dataset(source, split=split)
+    except Exception as err:
+        raise ConfigError(f"data.source: cannot load dataset '{source}': {err}") from err
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise ConfigError(f"data.split: dataset '{source}' has no split {split!r}; splits: {', '.join(ds)}")
+        ds = ds[split]
+    if text_field not in ds.column_names:
+        raise ConfigError(f"data.text_field: dataset '{source}' has no column {text_field!r}; "
+                          f"columns: {', '.join(ds.column_names)}")
+    return [t for t in ds[text_field] if t], f"hf-{source}-{ds._fingerprint}"
+
+
+def source_fingerprint(source: str | None, text_field: str = "text", max_documents: int | None = None) -> str | None:
+    """A cheap fingerprint (no text read) for the embedded corpus and local files; None for HF datasets."""
+    suffix = f"-first{max_documents}" if max_documents is not None else ""
+    if source in (None, "", EMBEDDED):
+        return _embedded_fingerprint() + suffix
+    if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
+        return _file_fingerprint(resolve_files(source), text_field) + suffix
+    return None
+
+
+def load_documents(source: str | None, text_field: str = "text", split: str = "train",
+                   max_documents: int | None = None) -> tuple[list[str], str]:
+    """Documents of ``source`` and their fingerprint. ``None`` or ``'embedded'`` is the embedded corpus."""
+    if source in (None, "", EMBEDDED):
+        docs, fingerprint = list(embedded_corpus()), _embedded_fingerprint()
+    else:
+        if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
+            files = resolve_files(source)
+            docs = [doc for f in files for doc in _read_file(f, text_field)]
+            fingerprint = _file_fingerprint(files, text_field)
+        elif any(ch in source for ch in "*?") or source.endswith(TEXT_SUFFIXES) or source.startswith((".", "~", "/")):
+            resolve_files(source)  # raises the missing-file error
+            raise AssertionError("unreachable")
+        else:
+            docs, fingerprint = _hf_dataset(source, text_field, split)
+        if not docs:
+            raise ConfigError(f"data.source: '{source}' contains no text")
+    if max_documents is not None:
+        docs = docs[:max_documents]
+        fingerprint += f"-first{max_documents}"
+    return docs, fingerprint
+
+
+@cache
+def _segmenter():  # noqa: ANN202
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(document: str) -> list[str]:
+    """Rule-based sentence boundaries (pysbd, the Golden Rules of Sentence Boundary Detection), per paragraph."""
+    sentences: list[str] = []
+    for paragraph in document.split("\n\n"):
+        paragraph = " ".join(paragraph.split())
+        if paragraph:
+            sentences.extend(s.strip() for s in _segmenter().segment(paragraph) if s.strip())
+    return sentences

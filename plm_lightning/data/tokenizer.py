@@ -1,0 +1,155 @@
+"""Tokenizers: train one with Hugging Face `tokenizers` on the corpus (cached), or load a local one.
+
+Kinds: ``wordpiece`` (BERT: lower-cased WordPiece, [PAD] [UNK] [CLS] [SEP] [MASK]), ``bpe`` (RoBERTa: byte-level BPE
+with <s> <pad> </s> <unk> <mask>), ``gpt2`` (byte-level BPE with <|endoftext|> only). Special tokens are addressed by
+role (pad, unk, cls, sep, mask, bos, eos) so objectives never hard-code strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from plm_lightning.errors import ConfigError
+
+KINDS: dict[str, dict[str, str]] = {
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>", "bos": "<s>", "eos": "</s>"},
+    "gpt2": {"eos": "<|endoftext|>", "bos": "<|endoftext|>", "unk": "<|endoftext|>", "pad": "<|endoftext|>"},
+}
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+_HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer"}
+
+
+class TextTokenizer:
+    """A `tokenizers.Tokenizer` plus the ids of its special tokens by role."""
+
+    def __init__(self, tokenizer: Tokenizer, special: dict[str, str], kind: str = "custom",
+                 name: str = "tokenizer") -> None:
+        self.tokenizer, self.special, self.kind, self.name = tokenizer, dict(special), kind, name
+        self.ids: dict[str, int] = {}
+        for role, token in self.special.items():
+            token_id = tokenizer.token_to_id(token)
+            if token_id is not None:
+                self.ids[role] = token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def require(self, roles: Iterable[str], recipe: str) -> None:
+        """Raise a `ConfigError` naming each special-token role ``recipe`` needs that this tokenizer lacks."""
+        missing = [r for r in roles if r not in self.ids]
+        if missing:
+            have = ", ".join(f"{r}={self.special[r]!r}" for r in self.ids) or "none"
+            raise ConfigError(
+                f"data.tokenizer '{self.name}' has no {'/'.join(missing)} token, which {recipe} needs; it has {have}"
+            )
+
+    def special_ids(self) -> np.ndarray:
+        return np.array(sorted(set(self.ids.values())), dtype=np.int64)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self.tokenizer.id_to_token(int(token_id)) or f"<{token_id}>"
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``tokenizer.json`` plus the HF ``tokenizer_config.json`` / ``special_tokens_map.json``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save(str(out / "tokenizer.json"))
+        hf_roles = {f"{role}_token": token for role, token in self.special.items() if role in self.ids}
+        config = {"tokenizer_class": _HF_CLASSES.get(self.kind, "PreTrainedTokenizerFast") + "Fast",
+                  "plm_lightning_kind": self.kind, "model_max_length": 1_000_000, **hf_roles}
+        if self.kind == "wordpiece":
+            config["do_lower_case"] = True
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+        (out / "special_tokens_map.json").write_text(json.dumps(hf_roles, indent=2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TextTokenizer:
+        """Load a directory with ``tokenizer.json`` (ours or a Hugging Face one), or a ``tokenizer.json`` file."""
+        p = Path(path).expanduser()
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise ConfigError(f"data.tokenizer: '{path}' is neither a tokenizer kind ({', '.join(KINDS)}) nor a "
+                              "tokenizer.json file or a directory holding one")
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception as err:
+            raise ConfigError(f"data.tokenizer: cannot read '{file}': {err}") from err
+        special: dict[str, str] = {}
+        kind = "custom"
+        config_file = file.parent / "tokenizer_config.json"
+        if config_file.is_file():
+            config = json.loads(config_file.read_text())
+            kind = config.get("plm_lightning_kind", kind)
+            for role in ROLES:
+                value = config.get(f"{role}_token")
+                if isinstance(value, dict):
+                    value = value.get("content")
+                if isinstance(value, str):
+                    special[role] = value
+        if not special:  # infer roles from well-known token strings
+            vocab = tok.get_vocab()
+            for known in KINDS.values():
+                special.update({r: t for r, t in known.items() if t in vocab and r not in special})
+        return cls(tok, special, kind, name=str(path))
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int) -> TextTokenizer:
+    """Train a tokenizer of ``kind`` on ``texts`` (Schuster & Nakajima 2012 WordPiece; Sennrich et al. 2016 BPE with
+    Radford et al. 2019's byte-level alphabet)."""
+    if kind not in KINDS:
+        raise ConfigError(f"data.tokenizer={kind!r} is not a kind to train ({', '.join(KINDS)}) nor an existing path")
+    special = KINDS[kind]
+    special_tokens = list(dict.fromkeys(special.values()))
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=special["unk"]))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return TextTokenizer(tok, special, kind, name=kind)
+
+
+def get_tokenizer(spec: str, texts: Callable[[], Iterable[str]], vocab_size: int, cache_dir: Path,
+                  fingerprint: str) -> TextTokenizer:
+    """A tokenizer kind is trained on the corpus once and cached under ``cache_dir``; anything else is a path.
+    ``texts`` is only called when training."""
+    if spec not in KINDS:
+        return TextTokenizer.load(spec)
+    import hashlib
+
+    key = hashlib.sha256(f"{spec}|{vocab_size}|{fingerprint}".encode()).hexdigest()[:16]
+    target = cache_dir / "tokenizers" / f"{spec}-{vocab_size}-{key}"
+    if not (target / "tokenizer.json").is_file():
+        tok = train_tokenizer(spec, texts(), vocab_size)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+        tok.save(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process won the race; use its copy
+            pass
+    loaded = TextTokenizer.load(target)
+    loaded.name = f"{spec} (trained, {target})"
+    return loaded

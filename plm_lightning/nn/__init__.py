@@ -1,0 +1,20 @@
+"""Shared Transformer blocks in plain PyTorch (no Lightning imports): reusable on their own."""
+
+from plm_lightning.nn.attention import MultiHeadAttention, resolve_backend
+from plm_lightning.nn.backbone import BackboneOutput, Decoder, Encoder, EncoderDecoder, TransformerStack, init_weights
+from plm_lightning.nn.block import TransformerBlock
+from plm_lightning.nn.config import PRESETS, BackboneConfig, get_preset
+from plm_lightning.nn.embeddings import Embeddings
+from plm_lightning.nn.feedforward import FeedForward
+from plm_lightning.nn.heads import LMHead, Pooler, SentenceHead
+from plm_lightning.nn.masks import causal_mask, combine, document_mask, padding_mask, prefix_lm_mask, sliding_window_mask
+from plm_lightning.nn.norms import RMSNorm
+from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding, relative_position_bucket, sinusoidal_table
+
+__all__ = [
+    "PRESETS", "BackboneConfig", "BackboneOutput", "Decoder", "Embeddings", "Encoder", "EncoderDecoder", "FeedForward",
+    "LMHead", "MultiHeadAttention", "Pooler", "RMSNorm", "RelativePositionBias", "RotaryEmbedding", "SentenceHead",
+    "TransformerBlock", "TransformerStack", "causal_mask", "combine", "document_mask", "get_preset", "init_weights",
+    "padding_mask", "prefix_lm_mask", "relative_position_bucket", "resolve_backend", "sinusoidal_table",
+    "sliding_window_mask",
+]

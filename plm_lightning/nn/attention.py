@@ -1,0 +1,141 @@
+"""Multi-head attention (self and cross) with three interchangeable kernels: eager, PyTorch SDPA, xformers.
+
+Scaled dot-product attention, Vaswani et al. 2017, eq. 1: softmax(Q K^T / sqrt(d_k) + bias) V.
+The eager kernel is the reference the other two are tested against.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from plm_lightning.nn.masks import causal_mask, combine, to_additive
+from plm_lightning.nn.positions import apply_rotary
+
+BACKENDS = ("auto", "eager", "sdpa", "xformers")
+
+
+@functools.cache
+def xformers_available() -> bool:
+    return importlib.util.find_spec("xformers") is not None
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``auto`` is xformers on CUDA when installed, else SDPA. Asking for xformers where it cannot run is an error."""
+    if backend not in BACKENDS:
+        raise ValueError(f"attention_backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "xformers" if device.type == "cuda" and xformers_available() else "sdpa"
+    if backend == "xformers":
+        if not xformers_available():
+            raise RuntimeError("attention_backend='xformers' but xformers is not installed; pip install 'plm-lightning[gpu]' or use 'sdpa'")
+        if device.type != "cuda":
+            raise RuntimeError(f"attention_backend='xformers' needs CUDA tensors (xformers has no {device.type} kernels); use 'sdpa' or 'auto'")
+    return backend
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dropout_p: float, scale: float) -> Tensor:
+    """Reference kernel on ``[B, H, L, D]`` tensors; softmax in float32."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    probs = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
+    return torch.matmul(probs, v)
+
+
+def xformers_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, is_causal: bool, dropout_p: float,
+                       scale: float) -> Tensor:
+    """xformers memory-efficient attention; takes ``[B, H, L, D]`` and returns the same layout."""
+    import xformers.ops as xops
+
+    attn_bias: object | None = None
+    if bias is None and is_causal:
+        attn_bias = xops.LowerTriangularMask()
+    elif bias is not None:
+        b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        # xformers wants the bias' last dimension padded to a multiple of 8 in memory
+        padded = torch.empty(b, h, lq, (lk + 7) // 8 * 8, dtype=q.dtype, device=q.device)
+        padded[..., :lk] = bias.expand(b, h, lq, lk)
+        attn_bias = padded[..., :lk]
+    out = xops.memory_efficient_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=attn_bias, p=dropout_p, scale=scale
+    )
+    return out.transpose(1, 2)
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with separate q/k/v/o projections (the BERT / T5 layout).
+
+    ``mask`` is boolean (True = may attend), ``position_bias`` additive (T5), ``rope`` a (cos, sin) pair.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        backend: str = "auto",
+        scale: float | None = None,
+        kv_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else scale
+        self.dropout, self.backend = dropout, backend
+        kv_size = hidden_size if kv_size is None else kv_size
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.k_proj = nn.Linear(kv_size, hidden_size, bias=bias)
+        self.v_proj = nn.Linear(kv_size, hidden_size, bias=bias)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        position_bias: Tensor | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        kv: Tensor | None = None,
+    ) -> Tensor:
+        source = x if kv is None else kv
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        out = self.attend(q, k, v, mask, is_causal, position_bias)
+        b, _, n, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+               position_bias: Tensor | None) -> Tensor:
+        backend = resolve_backend(self.backend, q.device)
+        dropout_p = self.dropout if self.training else 0.0
+        only_causal = is_causal and mask is None and position_bias is None
+        if is_causal and not only_causal:
+            mask = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2]))
+        if backend == "sdpa" and position_bias is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=only_causal, scale=self.scale
+            )
+        bias = to_additive(mask, q.dtype)
+        if position_bias is not None:
+            bias = position_bias.to(q.dtype) if bias is None else bias + position_bias.to(q.dtype)
+        if backend == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
+        if backend == "xformers":
+            return xformers_attention(q, k, v, bias, only_causal, dropout_p, self.scale)
+        if only_causal:
+            bias = to_additive(causal_mask(q.shape[2], q.device, k.shape[2]), q.dtype)
+        return eager_attention(q, k, v, bias, dropout_p, self.scale)

@@ -1,0 +1,140 @@
+"""Transformer stacks shared by every objective: `Encoder`, `Decoder` and `EncoderDecoder`.
+
+A stack is embeddings -> N blocks (or one block applied N times, ALBERT) -> final norm for pre-norm models.
+The attention-mask shape is an argument, not a subclass: the same weights serve MLM, CLM and prefix-LM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from plm_lightning.nn.block import TransformerBlock
+from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.embeddings import Embeddings
+from plm_lightning.nn.masks import combine, padding_mask
+from plm_lightning.nn.norms import make_norm
+from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
+
+
+@dataclass
+class BackboneOutput:
+    last_hidden_state: Tensor
+    hidden_states: tuple[Tensor, ...]
+    """Embedding output followed by every layer's output (the last one after the final norm, if any)."""
+
+
+class TransformerStack(nn.Module):
+    """Embeddings and blocks; ``causal`` sets the default mask shape, ``cross_attention`` adds encoder attention."""
+
+    def __init__(self, cfg: BackboneConfig, causal: bool = False, cross_attention: bool = False,
+                 embeddings: Embeddings | None = None) -> None:
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
+        num_blocks = 1 if cfg.share_layers else cfg.num_layers
+        self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention) for _ in range(num_blocks))
+        self.final_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cfg.is_pre_norm else None
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position_embedding == "rope" else None
+        self.relative_bias = (
+            RelativePositionBias(cfg.num_heads, cfg.relative_attention_num_buckets,
+                                 cfg.relative_attention_max_distance, bidirectional=not causal)
+            if cfg.position_embedding == "t5_relative" else None
+        )
+
+    def blocks(self) -> list[nn.Module]:
+        """The blocks in application order (the same module repeated when layers are shared)."""
+        return [self.layers[0 if self.cfg.share_layers else i] for i in range(self.cfg.num_layers)]
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool | None = None,
+        encoder_out: Tensor | None = None,
+        encoder_attention_mask: Tensor | None = None,
+    ) -> BackboneOutput:
+        """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
+
+        ``causal`` overrides the stack's default mask shape.
+        """
+        causal = self.causal if causal is None else causal
+        length = input_ids.shape[1]
+        if length > self.cfg.max_position_embeddings and self.cfg.position_embedding in ("learned", "sinusoidal"):
+            raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
+                             f"{self.cfg.max_position_embeddings}")
+        self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
+        rope = None
+        if self.rotary is not None:
+            pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
+            rope = self.rotary(pos)
+        bias = self.relative_bias(length, length, input_ids.device) if self.relative_bias is not None else None
+        enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
+
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        hidden = [x]
+        for block in self.blocks():
+            x = block(x, mask=self_mask, is_causal=causal, position_bias=bias, rope=rope,
+                      encoder_out=encoder_out, encoder_mask=enc_mask)
+            hidden.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            hidden[-1] = x
+        return BackboneOutput(x, tuple(hidden))
+
+
+class Encoder(TransformerStack):
+    """Bidirectional stack (BERT, RoBERTa, ALBERT, ELECTRA ...)."""
+
+    def __init__(self, cfg: BackboneConfig, embeddings: Embeddings | None = None) -> None:
+        super().__init__(cfg, causal=False, embeddings=embeddings)
+
+
+class Decoder(TransformerStack):
+    """Causal stack (GPT, GPT-2); with ``cross_attention`` the decoder of an encoder-decoder model."""
+
+    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False, embeddings: Embeddings | None = None):
+        super().__init__(cfg, causal=True, cross_attention=cross_attention, embeddings=embeddings)
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder + cross-attending decoder sharing one token embedding (Vaswani et al. 2017; BART; T5)."""
+
+    def __init__(self, cfg: BackboneConfig, decoder_cfg: BackboneConfig | None = None) -> None:
+        super().__init__()
+        self.encoder = Encoder(cfg)
+        decoder_cfg = decoder_cfg or cfg
+        dec_embeddings = Embeddings(decoder_cfg)
+        dec_embeddings.token = self.encoder.embeddings.token
+        self.decoder = Decoder(decoder_cfg, cross_attention=True, embeddings=dec_embeddings)
+
+    def forward(self, input_ids: Tensor, decoder_input_ids: Tensor, attention_mask: Tensor | None = None,
+                decoder_attention_mask: Tensor | None = None) -> tuple[BackboneOutput, BackboneOutput]:
+        enc = self.encoder(input_ids, attention_mask)
+        dec = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=enc.last_hidden_state,
+                           encoder_attention_mask=attention_mask)
+        return enc, dec
+
+
+def init_weights(module: nn.Module, cfg: BackboneConfig) -> None:
+    """Normal(0, initializer_range) weights, zero biases, unit norms (BERT, GPT-2); GPT-2 additionally scales the
+    residual output projections by 1/sqrt(2 * num_layers) (Radford et al. 2019, sec. 2.3)."""
+    std = cfg.initializer_range
+    for name, m in module.named_modules():
+        if isinstance(m, nn.Linear):
+            scaled = cfg.scale_residual_init and (name.endswith("o_proj") or name.endswith("fc_out"))
+            nn.init.normal_(m.weight, 0.0, std / math.sqrt(2 * cfg.num_layers) if scaled else std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, std)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)

@@ -1,0 +1,57 @@
+"""One Transformer layer: self-attention, optional cross-attention, feed-forward; pre- or post-norm."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from plm_lightning.nn.attention import MultiHeadAttention
+from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.feedforward import FeedForward
+from plm_lightning.nn.norms import make_norm
+
+
+class TransformerBlock(nn.Module):
+    """Post-norm: ``x = norm(x + drop(f(x)))`` (Vaswani et al. 2017, BERT).
+    Pre-norm: ``x = x + drop(f(norm(x)))`` (GPT-2, Radford et al. 2019 sec. 2.3; Xiong et al. 2020)."""
+
+    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False) -> None:
+        super().__init__()
+        self.pre_norm = cfg.is_pre_norm
+        t5_scaling = cfg.position_embedding == "t5_relative"
+
+        def attention() -> MultiHeadAttention:
+            return MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.bias,
+                                      cfg.attention_backend, scale=1.0 if t5_scaling else None)
+
+        self.self_attn = attention()
+        self.self_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+        self.cross_attn = attention() if cross_attention else None
+        self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias)
+        self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _residual(self, x: Tensor, norm: nn.Module, fn, *args, **kwargs) -> Tensor:  # noqa: ANN001
+        if self.pre_norm:
+            return x + self.dropout(fn(norm(x), *args, **kwargs))
+        return norm(x + self.dropout(fn(x, *args, **kwargs)))
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        position_bias: Tensor | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        encoder_out: Tensor | None = None,
+        encoder_mask: Tensor | None = None,
+        encoder_position_bias: Tensor | None = None,
+    ) -> Tensor:
+        x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,
+                           position_bias=position_bias, rope=rope)
+        if self.cross_attn is not None:
+            if encoder_out is None:
+                raise ValueError("this block has cross-attention: pass encoder_out")
+            x = self._residual(x, self.cross_attn_norm, self.cross_attn, mask=encoder_mask,
+                               position_bias=encoder_position_bias, kv=encoder_out)
+        return self._residual(x, self.ffn_norm, self.ffn)

@@ -1,0 +1,135 @@
+"""`BackboneConfig`: every shape and choice of the shared Transformer blocks, plus named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "none"]
+Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu"]
+AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
+
+
+@dataclass
+class BackboneConfig:
+    """Shape and architecture choices of a Transformer stack.
+
+    The defaults are BERT-base (Devlin et al., 2019, Table 1 / appendix A.2); presets below give the other models.
+    """
+
+    vocab_size: int = 30522
+    """Rows of the token embedding (and columns of the tied LM head)."""
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    """Width of the feed-forward inner layer (per branch for GLU variants)."""
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    """Segment (token type) embeddings; 0 disables them (GPT-2)."""
+    position_embedding: PositionKind = "learned"
+    position_offset: int = 0
+    """First position id; RoBERTa starts at padding_idx + 1 = 2."""
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm_eps: float = 1e-12
+    norm_position: Literal["post", "pre"] = "post"
+    """'post': BERT (Vaswani et al. 2017); 'pre': GPT-2 (Radford et al. 2019, sec. 2.3) with a final norm."""
+    embedding_norm: bool = True
+    """LayerNorm right after the embedding sum (BERT, RoBERTa, ALBERT)."""
+    activation: Activation = "gelu"
+    bias: bool = True
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    embedding_size: int | None = None
+    """ALBERT factorized embedding size E (Lan et al. 2020, sec. 3.1); None means E = hidden_size."""
+    share_layers: bool = False
+    """ALBERT cross-layer parameter sharing: one block applied num_layers times."""
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    scale_residual_init: bool = False
+    """GPT-2: residual output projections initialised with std / sqrt(2 * num_layers)."""
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    rope_theta: float = 10000.0
+    attention_backend: AttentionBackend = "auto"
+    pad_token_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
+                "choose num_heads that divides hidden_size"
+            )
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def is_pre_norm(self) -> bool:
+        return self.norm_position == "pre"
+
+    def replace(self, **changes: Any) -> BackboneConfig:
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            valid = ", ".join(f.name for f in dataclasses.fields(self))
+            raise ValueError(f"unknown backbone key(s) {unknown}; valid keys: {valid}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _bert(**kw: Any) -> BackboneConfig:
+    return BackboneConfig(**kw)
+
+
+def _gpt2(**kw: Any) -> BackboneConfig:
+    base = dict(
+        vocab_size=50257,
+        max_position_embeddings=1024,
+        type_vocab_size=0,
+        norm_eps=1e-5,
+        norm_position="pre",
+        embedding_norm=False,
+        activation="gelu_new",
+        scale_residual_init=True,
+    )
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
+PRESETS: dict[str, BackboneConfig] = {
+    # a few-second model for tests and the quickstart
+    "tiny": _bert(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, max_position_embeddings=256,
+                  vocab_size=4096),
+    "tiny-gpt": _gpt2(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, max_position_embeddings=256,
+                      vocab_size=4096),
+    # Turc et al. 2019, "Well-Read Students Learn Better" compact BERTs
+    "bert-mini": _bert(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024),
+    "bert-small": _bert(hidden_size=512, num_layers=4, num_heads=8, intermediate_size=2048),
+    "bert-medium": _bert(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=2048),
+    # Devlin et al. 2019
+    "bert-base": _bert(),
+    "bert-large": _bert(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    # Liu et al. 2019: BERT shapes, positions offset by padding_idx + 1, one segment
+    "roberta-base": _bert(vocab_size=50265, max_position_embeddings=514, position_offset=2, type_vocab_size=1,
+                          norm_eps=1e-5, pad_token_id=1),
+    "roberta-large": _bert(vocab_size=50265, max_position_embeddings=514, position_offset=2, type_vocab_size=1,
+                           norm_eps=1e-5, pad_token_id=1, hidden_size=1024, num_layers=24, num_heads=16,
+                           intermediate_size=4096),
+    # Radford et al. 2019
+    "gpt2": _gpt2(),
+    "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "gpt2-large": _gpt2(hidden_size=1280, num_layers=36, num_heads=20, intermediate_size=5120),
+}
+
+def get_preset(name: str) -> BackboneConfig:
+    """Return a fresh copy of a named preset, or a clear error listing the valid names."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown backbone preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return dataclasses.replace(PRESETS[name])

@@ -1,0 +1,30 @@
+"""Analytic training FLOPs of a stack, for throughput and MFU (Kaplan et al. 2020, sec. 2.1; PaLM appendix B).
+
+Per token, forward + backward = 3x forward; forward of a dense matmul is 2 FLOPs per weight. Attention scores
+and the weighted sum add ``2 * 2 * L * seq * H`` forward FLOPs per token (halved for causal masks is *not* applied:
+kernels compute the full square unless they skip masked blocks, and MFU is conventionally reported that way).
+"""
+
+from __future__ import annotations
+
+from plm_lightning.nn.config import BackboneConfig
+
+
+def block_matmul_params(cfg: BackboneConfig) -> int:
+    """Weights that take part in matmuls inside one block (attention projections + feed-forward)."""
+    h, f = cfg.hidden_size, cfg.intermediate_size
+    ffn = (3 if cfg.activation in ("glu", "reglu", "geglu", "swiglu") else 2) * h * f
+    return 4 * h * h + ffn
+
+
+def training_flops(cfg: BackboneConfig, batch_size: int, seq_len: int, loss_tokens: int,
+                   head_transform: bool = True) -> int:
+    """FLOPs of one training step (forward + backward) on ``batch_size x seq_len`` tokens with a sparse LM head
+    evaluated at ``loss_tokens`` positions."""
+    tokens = batch_size * seq_len
+    dense = 2 * cfg.num_layers * block_matmul_params(cfg) * tokens
+    attention = 2 * 2 * cfg.num_layers * seq_len * cfg.hidden_size * tokens
+    emb = cfg.embedding_size or cfg.hidden_size
+    factorized = 2 * emb * cfg.hidden_size * tokens if cfg.embedding_size else 0
+    head = 2 * loss_tokens * ((cfg.hidden_size * emb if head_transform else 0) + emb * cfg.vocab_size)
+    return 3 * (dense + attention + factorized + head)

@@ -1,0 +1,64 @@
+"""Output heads: the tied LM head with sparse prediction, and sentence-level classifiers (NSP/SOP)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.feedforward import ACTIVATIONS
+from plm_lightning.nn.norms import make_norm
+
+
+class LMHead(nn.Module):
+    """Vocabulary logits ``transform(h) E^T + b`` with E the (tied) token embedding.
+
+    ``transform`` is BERT's dense + GELU + LayerNorm (``cls.predictions.transform``); GPT-2 has none.
+    Logits are computed only at the requested positions (sparse prediction): for MLM that is ~15% of tokens,
+    which saves most of the V x H output matmul.
+    """
+
+    def __init__(self, cfg: BackboneConfig, transform: bool = True, bias: bool = True) -> None:
+        super().__init__()
+        dim = cfg.embedding_size or cfg.hidden_size
+        self.dense = nn.Linear(cfg.hidden_size, dim) if transform else None
+        self.act = ACTIVATIONS["gelu" if cfg.activation not in ACTIVATIONS else cfg.activation]
+        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps) if transform else None
+        self.weight = nn.Parameter(torch.empty(cfg.vocab_size, dim))
+        nn.init.normal_(self.weight, 0.0, cfg.initializer_range)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if bias else None
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        self.weight = embedding.weight
+
+    def forward(self, hidden: Tensor, positions: Tensor | None = None) -> Tensor:
+        """``hidden`` ``[B, L, H]``; ``positions`` a boolean ``[B, L]`` selection (sparse) or None (dense)."""
+        if positions is not None:
+            hidden = hidden[positions]
+        if self.dense is not None:
+            hidden = self.norm(self.act(self.dense(hidden)))
+        return F.linear(hidden, self.weight, self.bias)
+
+
+class Pooler(nn.Module):
+    """BERT pooler: tanh(W h_[CLS] + b) (Devlin et al. 2019, sec. 3.1)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class SentenceHead(nn.Module):
+    """Pooler + linear classifier over the [CLS] state: NSP (BERT) and SOP (ALBERT) use two classes."""
+
+    def __init__(self, hidden_size: int, num_classes: int = 2) -> None:
+        super().__init__()
+        self.pooler = Pooler(hidden_size)
+        self.classifier = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.classifier(self.pooler(hidden))

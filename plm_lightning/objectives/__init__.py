@@ -1,0 +1,7 @@
+"""One LightningModule per objective family over the shared blocks in plm_lightning.nn."""
+
+from plm_lightning.objectives.base import PretrainingModule
+from plm_lightning.objectives.causal_lm import CausalLM
+from plm_lightning.objectives.masked_lm import MaskedLM
+
+__all__ = ["CausalLM", "MaskedLM", "PretrainingModule"]

@@ -1,0 +1,252 @@
+"""What every pretraining objective shares: backbone construction, optimizer, LR schedule, loss-position LM loss,
+metrics, token counters, checkpoint metadata and the scale hooks (activation checkpointing, FSDP2, compile)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.errors import ConfigError
+from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
+from plm_lightning.nn.flops import training_flops
+from plm_lightning.objectives.scale import apply_activation_checkpointing, apply_compile, apply_fully_shard
+
+CHECKPOINT_KEY = "plm_lightning"
+
+
+class PretrainingModule(L.LightningModule):
+    """Base class: subclasses set ``required_special_tokens`` and implement ``build`` and ``compute_loss``."""
+
+    required_special_tokens: tuple[str, ...] = ("pad",)
+    causal: bool = False
+
+    def __init__(
+        self,
+        backbone: str = "tiny",
+        backbone_overrides: dict[str, Any] | None = None,
+        vocab_size: int | None = None,
+        learning_rate: float = 1e-4,
+        weight_decay: float = 0.01,
+        betas: tuple[float, float] = (0.9, 0.999),
+        adam_eps: float = 1e-6,
+        warmup_steps: int | float = 0.06,
+        lr_schedule: Literal["linear", "cosine", "constant"] = "linear",
+        min_lr_ratio: float = 0.0,
+        activation_checkpointing: bool = False,
+        compile: bool = False,
+    ) -> None:
+        """
+        Args:
+            backbone: Preset name (tiny, bert-base, gpt2, ...; see plm_lightning.nn.PRESETS).
+            backbone_overrides: BackboneConfig fields to change on the preset, e.g. {num_layers: 6}.
+            vocab_size: Rows of the embedding; null takes the tokenizer's vocabulary size.
+            learning_rate: Peak learning rate of AdamW.
+            weight_decay: Decoupled weight decay (Loshchilov & Hutter 2019); biases and norms are not decayed.
+            betas: AdamW betas.
+            adam_eps: AdamW epsilon.
+            warmup_steps: Linear warmup length: steps (int >= 1) or a fraction of all steps (float < 1).
+            lr_schedule: Decay after warmup: linear (BERT), cosine (GPT-3) or constant.
+            min_lr_ratio: Final learning rate as a fraction of the peak.
+            activation_checkpointing: Recompute each block's activations in the backward pass.
+            compile: torch.compile each block.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        try:
+            self.config: BackboneConfig = get_preset(backbone).replace(**(backbone_overrides or {}))
+        except ValueError as err:
+            raise ConfigError(f"model.backbone: {err}") from err
+        if vocab_size is not None:
+            self.config = self.config.replace(vocab_size=vocab_size)
+        if lr_schedule not in ("linear", "cosine", "constant"):
+            raise ConfigError(f"model.lr_schedule={lr_schedule!r} is not one of linear, cosine, constant")
+        self.built = False
+        self.tokens_seen = 0
+        self.loss_tokens_seen = 0
+        self.flops_per_batch: int | None = None
+        if vocab_size is not None:
+            self._build_all()
+
+    # -- construction -------------------------------------------------------------------------------------------
+    def build(self) -> None:
+        """Create ``self.backbone`` and heads from ``self.config``."""
+        raise NotImplementedError
+
+    def _build_all(self) -> None:
+        self.build()
+        init_weights(self, self.config)
+        self.tie_weights()
+        self.train_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
+        self.val_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
+        self.val_loss = MeanMetric()
+        self.built = True
+
+    def tie_weights(self) -> None:
+        head = getattr(self, "lm_head", None)
+        if isinstance(head, LMHead) and self.config.tie_word_embeddings:
+            head.tie(self.backbone.embeddings.token)
+
+    def setup(self, stage: str) -> None:
+        """Check the data against the model and build the model if its vocabulary size comes from the tokenizer."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        tokenizer = getattr(datamodule, "tokenizer", None)
+        if tokenizer is not None:
+            tokenizer.require(self.required_special_tokens, f"model {type(self).__name__}")
+            if self.hparams.vocab_size is None and not self.built:
+                self.config = self.config.replace(vocab_size=tokenizer.vocab_size)
+            if tokenizer.vocab_size > self.config.vocab_size:
+                raise ConfigError(
+                    f"tokenizer '{tokenizer.name}' has {tokenizer.vocab_size} tokens but model.vocab_size="
+                    f"{self.config.vocab_size}; raise model.vocab_size or set it to null to follow the tokenizer"
+                )
+            self.tokenizer = tokenizer
+        seq_len = getattr(datamodule, "seq_len", None)
+        limit = self.config.max_position_embeddings - self.config.position_offset
+        if seq_len is not None and self.config.position_embedding in ("learned", "sinusoidal") and seq_len > limit:
+            raise ConfigError(
+                f"data.seq_len={seq_len} exceeds the model's {limit} positions (model.backbone="
+                f"{self.hparams.backbone!r}); lower data.seq_len or raise max_position_embeddings in "
+                "model.backbone_overrides"
+            )
+        if not self.built:
+            self._build_all()
+
+    def configure_model(self) -> None:
+        """Scale hooks, in the torchtitan order: activation checkpointing, compile, then FSDP2 per block."""
+        if not self.built:
+            self._build_all()
+        if getattr(self, "_scaled", False):
+            return
+        if self.hparams.activation_checkpointing:
+            apply_activation_checkpointing(self.backbone)
+        if self.hparams.compile:
+            apply_compile(self.backbone)
+        mesh = self.device_mesh if self._device_mesh is not None else None
+        if mesh is not None:
+            apply_fully_shard(self, mesh)
+        self._scaled = True
+
+    # -- optimisation -------------------------------------------------------------------------------------------
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        decay, no_decay = [], []
+        for p in self.parameters():
+            if p.requires_grad:
+                (decay if p.ndim >= 2 else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=tuple(hp.betas), eps=hp.adam_eps)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(hp.warmup_steps * total) if isinstance(hp.warmup_steps, float) and hp.warmup_steps < 1 else int(hp.warmup_steps)
+        schedule = lr_lambda(warmup, total, hp.lr_schedule, hp.min_lr_ratio)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- loss ---------------------------------------------------------------------------------------------------
+    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Return at least ``loss``, ``lm_logits`` and ``lm_targets`` (at loss positions only)."""
+        raise NotImplementedError
+
+    def lm_loss(self, hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Cross-entropy at the loss positions only (``labels != -100``), with the sparse LM head."""
+        positions = labels != IGNORE_INDEX
+        logits = self.lm_head(hidden, positions)
+        targets = labels[positions]
+        return F.cross_entropy(logits.float(), targets), logits, targets
+
+    def forward(self, **batch: Tensor) -> dict[str, Tensor]:
+        return self.compute_loss(batch)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        out = self.compute_loss(batch)
+        tokens = int(batch["attention_mask"].sum())
+        loss_tokens = int(out["lm_targets"].numel())
+        self.tokens_seen += tokens * self.trainer.world_size
+        self.loss_tokens_seen += loss_tokens * self.trainer.world_size
+        self.flops_per_batch = training_flops(self.config, batch["input_ids"].shape[0], batch["input_ids"].shape[1],
+                                              loss_tokens, head_transform=self.lm_head.dense is not None)
+        self.train_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
+        bs = batch["input_ids"].shape[0]
+        for name, value in out.items():
+            if name.endswith("loss"):
+                self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs)
+        self.log("train/accuracy", self.train_accuracy, batch_size=bs)
+        self.log("train/tokens_seen", float(self.tokens_seen), batch_size=bs)
+        self.log("train/loss_tokens_seen", float(self.loss_tokens_seen), batch_size=bs)
+        return out["loss"]
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        out = self.compute_loss(batch)
+        self.val_loss.update(out["loss"], weight=out["lm_targets"].numel())
+        self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
+        bs = batch["input_ids"].shape[0]
+        for name, value in out.items():
+            if name.endswith("loss") and name != "loss":
+                self.log(f"val/{name}", value, batch_size=bs, sync_dist=True)
+        self.log("val/accuracy", self.val_accuracy, batch_size=bs)
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/perplexity", torch.exp(loss.clamp(max=50)))
+        self.val_loss.reset()
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        self.on_validation_epoch_end()
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        out = self.compute_loss(batch)
+        return {"loss": out["loss"], "predictions": out["lm_logits"].argmax(-1), "targets": out["lm_targets"]}
+
+    # -- checkpoints --------------------------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta: dict[str, Any] = {"objective": type(self).__name__, "backbone": self.config.to_dict(),
+                                "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen}
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
+                                 "kind": tokenizer.kind}
+        checkpoint[CHECKPOINT_KEY] = meta
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta = checkpoint.get(CHECKPOINT_KEY)
+        if meta is None:
+            raise ConfigError("ckpt_path: the checkpoint was not written by plm_lightning (no 'plm_lightning' entry)")
+        if meta["objective"] != type(self).__name__:
+            raise ConfigError(f"ckpt_path: the checkpoint is from a {meta['objective']} recipe, not "
+                              f"{type(self).__name__}; use the recipe it was trained with")
+        if meta["backbone"] != self.config.to_dict():
+            diff = sorted(k for k, v in meta["backbone"].items() if self.config.to_dict().get(k) != v)
+            raise ConfigError(f"ckpt_path: the checkpoint's backbone differs from model.backbone in {diff}")
+        self.tokens_seen = meta.get("tokens_seen", 0)
+        self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
+
+
+def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float):  # noqa: ANN201
+    """Linear warmup to the peak, then linear (BERT, Devlin et al. 2019 A.2) or cosine (GPT-3) decay to
+    ``min_ratio`` at ``total`` steps."""
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        decay = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return min_ratio + (1.0 - min_ratio) * decay
+
+    return factor
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
