@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.cli import LightningCLI
@@ -21,7 +21,7 @@ EXTRA_COMMANDS = ("inspect", "export", "import")
 
 def default_config_files() -> list[str]:
     """Defaults under every recipe: callbacks/default.yaml, a CSV metrics logger and atomic checkpoints."""
-    package = resources.files("plm_lightning")
+    package = Path(__file__).resolve().parent
     return [str(package / "callbacks" / "default.yaml"), str(package / "trainer_defaults.yaml")]
 
 
@@ -40,6 +40,28 @@ class PLMCLI(LightningCLI):
             run=run,
             auto_configure_optimizers=False,
         )
+
+    def _parse_ckpt_path(self) -> None:
+        """Refuse a checkpoint of another objective before Lightning swaps the model class to the checkpoint's."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            import torch
+
+            from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+            try:
+                ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+            except Exception as err:
+                raise ConfigError(f"ckpt_path: '{ckpt_path}' is not a readable checkpoint ({err})") from err
+            meta = ckpt.get(CHECKPOINT_KEY)
+            if meta is None:
+                raise ConfigError(f"ckpt_path: '{ckpt_path}' was not written by plm_lightning")
+            configured = str(self.config[subcommand].model.class_path).rsplit(".", 1)[-1]
+            if meta["objective"] != configured:
+                raise ConfigError(f"ckpt_path: '{ckpt_path}' is from a {meta['objective']} recipe, not {configured}; "
+                                  "resume it with the recipe it was trained with")
+        super()._parse_ckpt_path()
 
     @staticmethod
     def _parser_kwargs(run: bool) -> dict[str, Any]:
@@ -61,13 +83,15 @@ def _explain_parse_error(err: Exception) -> str:
     import re
 
     text = " ".join(str(err).split())
-    match = re.search(r"[Kk]ey \"?'?([\w.]+)", text) or re.search(r"unrecognized arguments: (\S+)", text)
-    key = match.group(1).lstrip("-") if match else None
-    if key and "." in key:
-        section = key.rsplit(".", 1)[0]
-        valid = _valid_keys(section)
+    section = re.search(r'Parser key "([\w.]+)"', text)
+    option = re.search(r"Option '([\w.]+)' is not accepted", text) or re.search(r'No action for key "([\w.]+)"', text)
+    if option:
+        key = f"{section.group(1)}.{option.group(1)}" if section else option.group(1)
+        top = key.split(".")[0]
+        valid = _valid_keys(top)
         if valid:
-            return f"unknown key '{key}'; valid keys under '{section}': {', '.join(valid)}"
+            return f"unknown key '{key}'; valid keys under '{top}': {', '.join(valid)}"
+        return f"unknown key '{key}'"
     return text
 
 

@@ -1,0 +1,148 @@
+"""Shared blocks: attention kernels agree, masks mean what they say, stacks and heads behave."""
+
+import pytest
+import torch
+
+from plm_lightning.nn import (
+    BackboneConfig,
+    Decoder,
+    Encoder,
+    FeedForward,
+    LMHead,
+    MultiHeadAttention,
+    causal_mask,
+    combine,
+    document_mask,
+    get_preset,
+    init_weights,
+    padding_mask,
+    prefix_lm_mask,
+    relative_position_bucket,
+    resolve_backend,
+    sliding_window_mask,
+)
+from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
+
+
+def _attention(backend):
+    torch.manual_seed(0)
+    return MultiHeadAttention(64, 4, backend=backend).eval()
+
+
+@pytest.mark.parametrize("kind", ["none", "padding", "causal", "causal+padding", "prefix", "document", "bias"])
+def test_sdpa_matches_eager(kind):
+    eager, sdpa = _attention("eager"), _attention("sdpa")
+    x = torch.randn(3, 10, 64)
+    pad = torch.ones(3, 10, dtype=torch.bool)
+    pad[1, 7:] = False
+    mask, is_causal, bias = None, False, None
+    if "padding" in kind:
+        mask = padding_mask(pad)
+    if "causal" in kind:
+        is_causal = True
+    if kind == "prefix":
+        mask = prefix_lm_mask(torch.tensor([3, 5, 10]), 10)
+    if kind == "document":
+        mask = document_mask(torch.tensor([[0] * 4 + [1] * 6] * 3))
+    if kind == "bias":
+        bias = RelativePositionBias(4)(10, 10)
+    a = eager(x, mask=mask, is_causal=is_causal, position_bias=bias)
+    b = sdpa(x, mask=mask, is_causal=is_causal, position_bias=bias)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_backend_resolution():
+    assert resolve_backend("auto", torch.device("cpu")) == "sdpa"
+    with pytest.raises(RuntimeError, match="xformers"):
+        resolve_backend("xformers", torch.device("cpu"))
+    with pytest.raises(ValueError, match="attention_backend"):
+        resolve_backend("flash9", torch.device("cpu"))
+
+
+def test_causal_means_causal():
+    cfg = get_preset("tiny-gpt")
+    model = Decoder(cfg).eval()
+    x = torch.randint(0, cfg.vocab_size, (1, 12))
+    y = x.clone()
+    y[0, 8:] = (y[0, 8:] + 1) % cfg.vocab_size  # change the future
+    a, b = model(x).last_hidden_state, model(y).last_hidden_state
+    assert torch.allclose(a[:, :8], b[:, :8], atol=1e-6)
+    assert not torch.allclose(a[:, 8:], b[:, 8:])
+    m = causal_mask(5)[0, 0]
+    assert torch.equal(m, torch.tril(torch.ones(5, 5, dtype=torch.bool)))
+
+
+def test_packed_documents_never_attend_across_boundaries():
+    cfg = get_preset("tiny").replace(dropout=0.0, attention_dropout=0.0)
+    model = Encoder(cfg).eval()
+    x = torch.randint(5, cfg.vocab_size, (1, 16))
+    docs = torch.tensor([[0] * 6 + [1] * 10])
+    y = x.clone()
+    y[0, 6:] = torch.randint(5, cfg.vocab_size, (10,))  # rewrite document 1 entirely
+    a = model(x, mask=document_mask(docs)).last_hidden_state
+    b = model(y, mask=document_mask(docs)).last_hidden_state
+    assert torch.allclose(a[:, :6], b[:, :6], atol=1e-6)  # document 0 cannot see document 1
+    m = document_mask(docs)[0, 0]
+    assert not m[:6, 6:].any() and not m[6:, :6].any() and m[:6, :6].all()
+
+
+def test_prefix_and_window_masks():
+    m = prefix_lm_mask(torch.tensor([3]), 6)[0, 0]
+    assert m[:3, :3].all() and not m[0, 3:].any() and m[5].all() and not m[3, 4]
+    w = sliding_window_mask(7, 3)[0, 0]
+    assert w[3, 2] and w[3, 4] and not w[3, 5]
+    assert combine(None, m) is m and combine(None, None) is None
+
+
+def test_positions():
+    rel = torch.arange(-200, 201)
+    b = relative_position_bucket(rel, bidirectional=True)
+    assert b.min() >= 0 and b.max() < 32 and b[200] == 0
+    assert (relative_position_bucket(rel[rel > 0], False) == 0).all()  # causal: future offsets share bucket 0
+    cos, sin = RotaryEmbedding(16)(torch.arange(8))
+    assert cos.shape == (8, 16) and torch.allclose(cos[0], torch.ones(16))
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", "glu", "reglu", "geglu", "swiglu"])
+def test_feedforward_variants(activation):
+    ff = FeedForward(8, 16, activation)
+    assert ff(torch.randn(2, 3, 8)).shape == (2, 3, 8)
+    assert (ff.fc_gate is not None) == (activation in ("glu", "reglu", "geglu", "swiglu"))
+
+
+def test_sparse_lm_head_equals_dense_at_positions():
+    cfg = get_preset("tiny")
+    head = LMHead(cfg)
+    h = torch.randn(2, 10, cfg.hidden_size)
+    pos = torch.rand(2, 10) < 0.3
+    pos[0, 0] = True
+    assert torch.allclose(head(h, pos), head(h)[pos], atol=1e-6)
+
+
+def test_albert_factorization_and_sharing():
+    cfg = get_preset("tiny").replace(embedding_size=16, share_layers=True, num_layers=4)
+    enc = Encoder(cfg)
+    init_weights(enc, cfg)
+    assert len(enc.layers) == 1 and len(enc.blocks()) == 4
+    assert enc.embeddings.token.weight.shape == (cfg.vocab_size, 16)
+    out = enc(torch.randint(0, 100, (2, 8)))
+    assert len(out.hidden_states) == 5
+
+
+def test_pre_norm_stack_with_rope_rmsnorm_swiglu():
+    cfg = BackboneConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                         position_embedding="rope", norm="rmsnorm", norm_position="pre", activation="swiglu",
+                         embedding_norm=False, type_vocab_size=0, bias=False)
+    out = Decoder(cfg)(torch.randint(0, 100, (2, 9)))
+    assert out.last_hidden_state.shape == (2, 9, 32) and torch.isfinite(out.last_hidden_state).all()
+
+
+def test_bad_config_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        BackboneConfig(hidden_size=10, num_heads=3)
+    with pytest.raises(ValueError, match="unknown backbone key"):
+        get_preset("tiny").replace(num_layer=3)
+    with pytest.raises(ValueError, match="valid presets"):
+        get_preset("bert-gigantic")
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        Encoder(get_preset("tiny"))(torch.zeros(1, 300, dtype=torch.long))

@@ -1,0 +1,109 @@
+"""End-to-end runs of the real entry point with the real recipes, and the CLI's error contract."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, run_cli
+
+QUICK = ["--trainer.max_steps", "40", "--trainer.val_check_interval", "20", "--trainer.limit_val_batches", "2",
+         "--trainer.log_every_n_steps", "5", "--data.batch_size", "16", "--data.seq_len", "64"]
+
+
+def _train_losses(run_dir: Path) -> list[float]:
+    (metrics,) = run_dir.rglob("metrics.csv")
+    with open(metrics) as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["bert", "roberta", "gpt2"])
+def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    losses = _train_losses(tmp_path / "runs")
+    assert len(losses) >= 6
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    checkpoint = torch.load(ckpt, weights_only=True)
+    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM")
+    assert checkpoint["global_step"] == 40
+
+
+def test_print_config_shows_resolved_recipe(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--print_config"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "plm_lightning.objectives.MaskedLM" in res.stdout and "next_sentence_prediction: true" in res.stdout
+
+
+def _one_line_error(res, *needles):
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.startswith("plm_lightning: error:")]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def _wordlevel_tokenizer(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "the": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path / "tokenizer.json"))
+    return path / "tokenizer.json"
+
+
+BAD_INPUTS = {
+    "missing source": (["--data.source", "does/not/exist.txt"], ["data.source", "no such file"]),
+    "empty source": (["--data.source", "{tmp}/empty.txt"], ["data.source", "empty"]),
+    "binary source": (["--data.source", "{tmp}/binary.txt"], ["data.source", "binary"]),
+    "unknown key": (["--model.num_layerz", "3"], ["model.num_layerz", "backbone_overrides"]),
+    "mask_prob": (["--data.mask_prob", "1.5"], ["data.mask_prob"]),
+    "replace probs": (["--data.mask_replace_prob", "0.9", "--data.random_replace_prob", "0.2"],
+                      ["data.mask_replace_prob", "<= 1"]),
+    "too long": (["--data.seq_len", "512"], ["data.seq_len=512", "256 positions"]),
+    "vocab too big": (["--model.vocab_size", "100"], ["model.vocab_size=100", "8192 tokens"]),
+    "special token": (["--data.tokenizer", "{tmp}/tokenizer.json"], ["no cls/sep/mask token"]),
+    "bad backbone key": (["--model.backbone_overrides", "{num_layer: 3}"], ["model.backbone", "num_layers"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2(case, tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.txt").write_bytes(b"\x00\xff\x10binary\x00")
+    _wordlevel_tokenizer(tmp_path)
+    args, needles = BAD_INPUTS[case]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--trainer.max_steps", "1", *args],
+                  cwd=tmp_path)
+    _one_line_error(res, *needles)
+
+
+@pytest.mark.slow
+def test_checkpoint_from_another_recipe_is_refused(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--trainer.max_steps", "2",
+                   "--data.seq_len", "64"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--trainer.max_steps", "4",
+                   "--data.seq_len", "64", "--ckpt_path", str(ckpt)], cwd=tmp_path)
+    _one_line_error(res, "MaskedLM", "CausalLM")
+
+
+def test_plm_debug_shows_traceback(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--data.mask_prob", "2"], cwd=tmp_path,
+                  env={"PLM_DEBUG": "1"})
+    assert res.returncode != 0 and "Traceback" in res.stderr
+
+
+def test_json_config_roundtrip_of_cli_defaults():
+    from plm_lightning.cli import default_config_files
+
+    for path in default_config_files():
+        assert Path(path).is_file()
+    assert json.dumps(str(ROOT))  # keeps json imported for readers adding cases

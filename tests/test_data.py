@@ -1,0 +1,142 @@
+"""Sources, tokenizers, packing modes and the data modules."""
+
+import json
+
+import numpy as np
+import pytest
+
+from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, TextTokenizer, load_documents, split_sentences
+from plm_lightning.data.packing import (
+    TokenizedDocument,
+    pack_contiguous,
+    pack_sentence_pairs,
+    pack_sentences,
+    split_documents,
+)
+from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.errors import ConfigError
+
+CLS, SEP, PAD, EOS = 2, 3, 0, 9
+
+
+def _docs(rng, n_docs=12):
+    return [TokenizedDocument([list(rng.integers(10, 100, rng.integers(1, 30))) for _ in range(rng.integers(1, 8))])
+            for _ in range(n_docs)]
+
+
+def test_embedded_corpus_is_deterministic_and_nonempty():
+    docs = embedded_corpus()
+    assert len(docs) > 100 and sum(map(len, docs)) > 500_000
+    assert load_documents(None)[1] == load_documents("embedded")[1]
+
+
+def test_sentence_splitter_is_rule_based():
+    s = split_sentences("Dr. Smith went to Washington. He arrived at 3 p.m. on Monday. It rained.")
+    assert s == ["Dr. Smith went to Washington.", "He arrived at 3 p.m. on Monday.", "It rained."]
+
+
+def test_contiguous_blocks_keep_every_token_and_record_documents():
+    rng = np.random.default_rng(0)
+    docs = _docs(rng)
+    blocks = pack_contiguous(docs, 16, EOS)
+    stream = [t for d in docs for t in [*[x for s in d.sentences for x in s], EOS]]
+    n = len(stream) // 16
+    assert blocks.input_ids.tolist() == np.array(stream[: n * 16]).reshape(n, 16).tolist()
+    # a new document id starts right after every end-of-text token
+    for ids, doc in zip(blocks.input_ids, blocks.document_ids):
+        for i in range(1, 16):
+            assert doc[i] == doc[i - 1] + (ids[i - 1] == EOS)
+
+
+@pytest.mark.parametrize("cross", [True, False])
+def test_sentence_packing(cross):
+    rng = np.random.default_rng(1)
+    docs = _docs(rng)
+    blocks = pack_sentences(docs, 32, CLS, SEP, PAD, cross_documents=cross)
+    total = sum(len(s) for d in docs for s in d.sentences)
+    content = 0
+    for ids, doc in zip(blocks.input_ids, blocks.document_ids):
+        real = doc >= 0
+        assert ids[0] == CLS and ids[real.sum() - 1] == SEP and (ids[~real] == PAD).all()
+        content += int(((ids != CLS) & (ids != SEP) & real).sum())
+        if not cross:
+            assert doc[real].max() == 0  # DOC-SENTENCES never crosses a document
+    assert content == total  # nothing lost, nothing duplicated
+
+
+def test_sentence_pairs_follow_bert():
+    rng = np.random.default_rng(2)
+    docs = _docs(rng, 40)
+    blocks = pack_sentence_pairs(docs, 64, CLS, SEP, PAD, np.random.default_rng(0))
+    assert len(blocks) > 20
+    labels = blocks.next_sentence_label
+    assert 0.25 < labels.mean() < 0.75  # about half the B segments are random
+    for ids, b, doc in zip(blocks.input_ids, blocks.segment_b_start, blocks.document_ids):
+        n = int((doc >= 0).sum())
+        assert ids[0] == CLS and ids[b - 1] == SEP and ids[n - 1] == SEP and n <= 64 and b >= 3
+
+
+def test_split_by_document_is_deterministic():
+    a = split_documents(100, 0.1, 5)
+    assert np.array_equal(a[0], split_documents(100, 0.1, 5)[0]) and len(a[1]) == 10
+    assert not set(a[0]) & set(a[1])
+
+
+def test_local_sources(tmp_path):
+    (tmp_path / "a.txt").write_text("First doc. Two sentences.\n\nSecond doc here.\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"body": "Third doc."}) + "\n")
+    assert load_documents(str(tmp_path / "a.txt"))[0] == ["First doc. Two sentences.", "Second doc here."]
+    assert load_documents(str(tmp_path / "b.jsonl"), text_field="body")[0] == ["Third doc."]
+    assert len(load_documents(str(tmp_path / "*.txt"))[0]) == 2
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["x y z", "u v"]}), tmp_path / "c.parquet")
+    assert load_documents(str(tmp_path / "c.parquet"))[0] == ["x y z", "u v"]
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda p: p / "missing.txt", "no such file"),
+    (lambda p: (p / "empty.txt").write_text("") and p / "empty.txt" or p / "empty.txt", "empty"),
+    (lambda p: (p / "bin.txt").write_bytes(b"\x00\x01\x02binary") and p / "bin.txt", "binary"),
+])
+def test_bad_sources(tmp_path, make, match):
+    path = make(tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        load_documents(str(path))
+
+
+def test_tokenizer_missing_special_token(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "hello": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    loaded = TextTokenizer.load(tmp_path)
+    with pytest.raises(ConfigError, match="no cls/sep/mask token"):
+        loaded.require(("pad", "cls", "sep", "mask"), "MaskedLM")
+
+
+def test_masked_lm_datamodule_batches():
+    dm = MaskedLMDataModule(seq_len=64, batch_size=4, packing="sentence_pairs", max_documents=120)
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) >= {"input_ids", "labels", "attention_mask", "token_type_ids", "next_sentence_label"}
+    assert batch["input_ids"].shape == (4, 64)
+    # labels only where corruption happened or was chosen, and never on [CLS]/[SEP]/[PAD]
+    special = set(dm.tokenizer.ids.values())
+    chosen = batch["labels"] != -100
+    assert chosen.any() and not any(int(t) in special for t in batch["labels"][chosen])
+    # same seed, same epoch, same batch
+    again = next(iter(dm.train_dataloader()))
+    assert (again["input_ids"] == batch["input_ids"]).all()
+
+
+def test_causal_lm_datamodule_batches():
+    dm = CausalLMDataModule(seq_len=32, batch_size=2, max_documents=60, document_mask=True)
+    dm.prepare_data()
+    dm.setup("fit")
+    b = next(iter(dm.train_dataloader()))
+    assert (b["labels"][:, :-1] == b["input_ids"][:, 1:]).all() and (b["labels"][:, -1] == -100).all()
+    assert "document_ids" in b

@@ -1,0 +1,99 @@
+"""Property tests of BERT token masking (plm_lightning.data.corruption.token_mask)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, masking_budget
+from plm_lightning.errors import ConfigError
+
+VOCAB = 1000
+SPECIAL = np.array([0, 1, 2, 3, 4])  # pad unk cls sep mask
+MASK_ID = 4
+RANDOM_IDS = np.arange(5, VOCAB)
+
+
+@st.composite
+def sequences(draw):
+    n = draw(st.integers(4, 200))
+    ids = np.array(draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n)))
+    ids[0] = 2
+    n_pad = draw(st.integers(0, n // 3))
+    if n_pad:
+        ids[n - n_pad:] = 0
+    return ids
+
+
+@given(ids=sequences(), seed=st.integers(0, 2**32 - 1), p=st.floats(0.01, 0.99))
+@settings(max_examples=200, deadline=None)
+def test_exact_budget_labels_and_specials(ids, seed, p):
+    cfg = MaskingConfig(mask_prob=p)
+    maskable = ~np.isin(ids, SPECIAL)
+    corrupted, labels = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
+    chosen = labels != IGNORE_INDEX
+    # exact budget
+    assert chosen.sum() == masking_budget(int(maskable.sum()), p)
+    if maskable.sum():
+        assert chosen.sum() == min(maskable.sum(), max(1, round(p * maskable.sum())))
+    # labels only at chosen positions, and they hold the original token
+    assert np.array_equal(labels[chosen], ids[chosen])
+    # special and padding tokens never chosen, never changed
+    assert not chosen[~maskable].any()
+    assert np.array_equal(corrupted[~maskable], ids[~maskable])
+    # nothing outside the chosen positions changes
+    assert np.array_equal(corrupted[~chosen], ids[~chosen])
+    # random replacements never produce special tokens
+    changed = chosen & (corrupted != ids) & (corrupted != MASK_ID)
+    assert not np.isin(corrupted[changed], SPECIAL).any()
+
+
+@given(ids=sequences(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=50, deadline=None)
+def test_same_seed_same_masks(ids, seed):
+    cfg = MaskingConfig()
+    maskable = ~np.isin(ids, SPECIAL)
+    a = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
+    b = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("mask_replace,random_replace", [(0.8, 0.1), (0.5, 0.5), (1.0, 0.0), (0.0, 0.0)])
+def test_replacement_split_over_many_draws(mask_replace, random_replace):
+    rng = np.random.default_rng(0)
+    cfg = MaskingConfig(0.15, mask_replace, random_replace)
+    ids = rng.integers(5, VOCAB, size=(400, 128))
+    counts = np.zeros(3)
+    for row in ids:
+        corrupted, labels = mask_tokens(row, np.ones_like(row, bool), rng, cfg, MASK_ID, RANDOM_IDS)
+        chosen = labels != IGNORE_INDEX
+        is_mask = corrupted[chosen] == MASK_ID
+        unchanged = corrupted[chosen] == row[chosen]
+        counts += [is_mask.sum(), (~is_mask & ~unchanged).sum(), unchanged.sum()]
+    frac = counts / counts.sum()
+    # a random replacement can draw the original token (1/995): tolerance covers it and sampling noise
+    expected = np.array([mask_replace, random_replace, 1 - mask_replace - random_replace])
+    assert np.allclose(frac, expected, atol=0.015), (frac, expected)
+
+
+def test_collator_is_seeded_by_seed_epoch_index():
+    col = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7)
+    ids = np.random.default_rng(1).integers(5, VOCAB, 64).astype(np.int32)
+
+    def sample(epoch, index):
+        return {"input_ids": ids, "document_ids": np.zeros(64, np.int16), "epoch": epoch, "index": index}
+
+    a = col([sample(0, 3)])["input_ids"]
+    assert (a == col([sample(0, 3)])["input_ids"]).all()
+    assert not (a == col([sample(1, 3)])["input_ids"]).all()  # dynamic masking: a new mask each epoch
+    assert not (a == col([sample(0, 4)])["input_ids"]).all()
+    static = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True, dupe_factor=2)
+    assert (static([sample(0, 3)])["input_ids"] == static([sample(2, 3)])["input_ids"]).all()
+
+
+@pytest.mark.parametrize("kwargs", [dict(mask_prob=0.0), dict(mask_prob=1.0), dict(mask_prob=1.5),
+                                    dict(mask_replace_prob=0.8, random_replace_prob=0.3)])
+def test_bad_masking_config(kwargs):
+    with pytest.raises(ConfigError, match="data.m|data.r"):
+        MaskingConfig(**kwargs)
