@@ -107,3 +107,48 @@ def test_json_config_roundtrip_of_cli_defaults():
     for path in default_config_files():
         assert Path(path).is_file()
     assert json.dumps(str(ROOT))  # keeps json imported for readers adding cases
+
+
+@pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("gpt2", "CausalLM")])
+def test_inspect_json_statistics(recipe, objective, tmp_path):
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    required = {"objective", "tokens", "loss_tokens", "loss_fraction", "mask_token_fraction", "random_token_fraction",
+                "unchanged_fraction", "mean_span_length", "input_length_mean", "target_length_mean"}
+    assert required <= set(stats) and stats["objective"] == objective
+    if recipe == "bert":
+        assert abs(stats["loss_fraction"] - 0.15) < 0.02
+        assert abs(stats["mask_token_fraction"] - 0.8) < 0.05 and abs(stats["random_token_fraction"] - 0.1) < 0.04
+    else:
+        assert stats["loss_fraction"] > 0.98 and stats["mask_token_fraction"] is None
+
+
+def test_inspect_human_view(tmp_path):
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / "bert.yaml")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for section in ("original:", "corrupted input:", "targets", "loss positions", "attention mask"):
+        assert section in res.stdout
+    assert "[MASK]" in res.stdout
+
+
+@pytest.mark.slow
+def test_export_and_import_commands(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
+                   "--data.seq_len", "64"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    res = run_cli(["export", str(ckpt), str(tmp_path / "hf")], cwd=tmp_path)
+    assert res.returncode == 0 and "RobertaForMaskedLM" in res.stdout, res.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in (tmp_path / "hf").iterdir()}
+    res = run_cli(["import", str(tmp_path / "hf"), str(tmp_path / "back.ckpt")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # continued pretraining from the imported weights, with the exported tokenizer
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
+                   "--data.seq_len", "64", "--model.init_weights_from", str(tmp_path / "back.ckpt"),
+                   "--data.tokenizer", str(tmp_path / "hf")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli(["export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")], cwd=tmp_path)
+    _one_line_error(res, "nope.ckpt")

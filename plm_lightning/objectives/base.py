@@ -42,6 +42,7 @@ class PretrainingModule(L.LightningModule):
         min_lr_ratio: float = 0.0,
         activation_checkpointing: bool = False,
         compile: bool = False,
+        init_weights_from: str | None = None,
     ) -> None:
         """
         Args:
@@ -57,6 +58,8 @@ class PretrainingModule(L.LightningModule):
             min_lr_ratio: Final learning rate as a fraction of the peak.
             activation_checkpointing: Recompute each block's activations in the backward pass.
             compile: torch.compile each block.
+            init_weights_from: A plm_lightning checkpoint (e.g. from `plm_lightning import HF_DIR OUT`) whose
+                backbone and weights start this run (continued pretraining); backbone settings come from it.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -72,7 +75,9 @@ class PretrainingModule(L.LightningModule):
         self.tokens_seen = 0
         self.loss_tokens_seen = 0
         self.flops_per_batch: int | None = None
-        if vocab_size is not None:
+        if init_weights_from:
+            self._init_from_checkpoint(init_weights_from)
+        elif vocab_size is not None:
             self._build_all()
 
     # -- construction -------------------------------------------------------------------------------------------
@@ -89,6 +94,22 @@ class PretrainingModule(L.LightningModule):
         self.val_loss = MeanMetric()
         self.built = True
 
+    def _init_from_checkpoint(self, path: str) -> None:
+        from plm_lightning.interop.io import load_checkpoint
+
+        ckpt = load_checkpoint(path)
+        meta = ckpt[CHECKPOINT_KEY]
+        if meta["objective"] != type(self).__name__:
+            raise ConfigError(f"model.init_weights_from: '{path}' holds a {meta['objective']}, not a "
+                              f"{type(self).__name__}")
+        self.config = BackboneConfig(**meta["backbone"])
+        self._build_all()
+        missing, unexpected = self.load_state_dict(ckpt["state_dict"], strict=False)
+        missing = [k for k in missing if k != "lm_head.weight"]
+        if missing or unexpected:
+            raise ConfigError(f"model.init_weights_from: '{path}' does not fit this model: missing {missing[:4]}, "
+                              f"unexpected {unexpected[:4]}")
+
     def tie_weights(self) -> None:
         head = getattr(self, "lm_head", None)
         if isinstance(head, LMHead) and self.config.tie_word_embeddings:
@@ -101,7 +122,8 @@ class PretrainingModule(L.LightningModule):
         if tokenizer is not None:
             tokenizer.require(self.required_special_tokens, f"model {type(self).__name__}")
             if self.hparams.vocab_size is None and not self.built:
-                self.config = self.config.replace(vocab_size=tokenizer.vocab_size)
+                self.config = self.config.replace(vocab_size=tokenizer.vocab_size,
+                                                  pad_token_id=tokenizer.ids.get("pad", self.config.pad_token_id))
             if tokenizer.vocab_size > self.config.vocab_size:
                 raise ConfigError(
                     f"tokenizer '{tokenizer.name}' has {tokenizer.vocab_size} tokens but model.vocab_size="

@@ -1,0 +1,54 @@
+"""The CLI's extra subcommands: ``inspect``, ``export`` and ``import``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from plm_lightning.errors import ConfigError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like the rest of the CLI
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def run_export(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning export", description="Write a Hugging Face transformers directory.")
+    parser.add_argument("checkpoint", help="a plm_lightning checkpoint (.ckpt)")
+    parser.add_argument("out_dir", help="directory to write config.json, model.safetensors and tokenizer files to")
+    args = parser.parse_args(argv)
+    from plm_lightning.interop import export_checkpoint
+
+    arch = export_checkpoint(args.checkpoint, args.out_dir)
+    print(f"exported {args.checkpoint} as {arch} to {args.out_dir}")
+
+
+def run_import(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning import", description="Convert a transformers directory to a checkpoint.")
+    parser.add_argument("hf_dir", help="a local transformers model directory (config.json + weights)")
+    parser.add_argument("out_ckpt", help="checkpoint file to write")
+    args = parser.parse_args(argv)
+    from plm_lightning.interop import import_hf
+
+    info = import_hf(args.hf_dir, args.out_ckpt)
+    print(f"imported {args.hf_dir} ({info['family']}) into {info['checkpoint']}; continue pretraining with "
+          f"--model.init_weights_from {info['checkpoint']}")
+
+
+def run_inspect(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning inspect", description="Show what a recipe's data pipeline does to text.")
+    parser.add_argument("--config", action="append", required=True, help="recipe YAML (repeatable)")
+    parser.add_argument("--batches", type=int, default=1, help="batches to measure")
+    parser.add_argument("--json", action="store_true", help="print corruption statistics as one JSON object")
+    args, rest = parser.parse_known_args(argv)
+    if args.batches < 1:
+        raise ConfigError(f"--batches={args.batches} must be >= 1")
+    from plm_lightning.inspection import build_datamodule, corruption_statistics, render
+
+    datamodule, objective = build_datamodule(args.config, rest)
+    if args.json:
+        print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
+    else:
+        render(datamodule, objective, sys.stdout)

@@ -1,0 +1,114 @@
+"""``inspect``: what a recipe's DataModule does to real text, shown to a person or measured as JSON statistics."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.nn.masks import causal_mask, combine, document_mask, padding_mask
+
+
+def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextDataModule, Any]:
+    """Instantiate the recipe exactly as ``fit`` would, and prepare its data."""
+    from plm_lightning.cli import PLMCLI
+
+    args = [a for c in configs for a in ("--config", c)] + overrides
+    cli = PLMCLI(args=args, run=False)
+    datamodule = cli.datamodule
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule, cli.model
+
+
+def _batches(datamodule: TextDataModule, n: int):  # noqa: ANN202
+    loader = datamodule.train_dataloader()
+    keys = list(loader.sampler)
+    bs = datamodule.batch_size
+    for b in range(min(n, max(1, len(keys) // bs))):
+        samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
+        yield np.stack([s["input_ids"] for s in samples]).astype(np.int64), loader.collate_fn(samples)
+
+
+def _runs(mask: np.ndarray) -> list[int]:
+    """Lengths of the contiguous True runs of each row."""
+    lengths: list[int] = []
+    for row in mask:
+        padded = np.concatenate([[False], row, [False]]).astype(np.int8)
+        edges = np.flatnonzero(np.diff(padded))
+        lengths.extend((edges[1::2] - edges[::2]).tolist())
+    return lengths
+
+
+def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
+    """The statistics the design fixes for every objective (null where a field does not apply)."""
+    collate = datamodule.collator()
+    corrupting = getattr(collate, "objective", "") != "causal_lm"
+    mask_id = datamodule.tokenizer.ids.get("mask")
+    tokens = loss_tokens = n_mask = n_random = n_same = 0
+    spans: list[int] = []
+    lengths: list[int] = []
+    for original, batch in _batches(datamodule, batches):
+        real = batch["attention_mask"].numpy().astype(bool)
+        labels = batch["labels"].numpy()
+        corrupted = batch["input_ids"].numpy()
+        loss = labels != IGNORE_INDEX
+        tokens += int(real.sum())
+        loss_tokens += int(loss.sum())
+        lengths.extend(real.sum(1).tolist())
+        if corrupting:
+            c, o = corrupted[loss], original[loss]
+            n_mask += int((c == mask_id).sum())
+            n_same += int((c == o).sum())
+            n_random += int(((c != o) & (c != mask_id)).sum())
+            spans.extend(_runs(loss))
+    chosen = n_mask + n_random + n_same
+
+    def frac(x: int) -> float | None:
+        return x / chosen if corrupting and chosen else None
+
+    return {
+        "objective": type(model).__name__,
+        "corruption": getattr(collate, "objective", None),
+        "batches": batches,
+        "tokens": tokens,
+        "loss_tokens": loss_tokens,
+        "loss_fraction": loss_tokens / tokens if tokens else None,
+        "mask_token_fraction": frac(n_mask),
+        "random_token_fraction": frac(n_random),
+        "unchanged_fraction": frac(n_same),
+        "mean_span_length": float(np.mean(spans)) if corrupting and spans else None,
+        "input_length_mean": float(np.mean(lengths)) if lengths else None,
+        "target_length_mean": None,
+    }
+
+
+def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24) -> None:
+    """One sample: original, corrupted input, targets, loss positions and a picture of the attention mask."""
+    tok = datamodule.tokenizer
+    original, batch = next(_batches(datamodule, 1))
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    real = int(batch["attention_mask"][0].sum())
+    show = lambda seq: " ".join(tok.id_to_token(t) for t in seq[:real])  # noqa: E731
+    out.write(f"objective: {type(model).__name__} ({getattr(datamodule.collator(), 'objective', '?')}), "
+              f"seq_len={datamodule.seq_len}, packing={datamodule.packing}\n\n")
+    out.write(f"original:\n  {show(original[0].tolist())}\n\ncorrupted input:\n  {show(ids)}\n\n")
+    targets = " ".join(f"{i}:{tok.id_to_token(t)}" for i, t in enumerate(labels) if t != IGNORE_INDEX)
+    out.write(f"targets (position:token):\n  {targets}\n\n")
+    loss_line = "".join("^" if t != IGNORE_INDEX else "." for t in labels[:real])
+    out.write(f"loss positions ({sum(t != IGNORE_INDEX for t in labels)} of {real} tokens):\n  {loss_line}\n\n")
+    if "next_sentence_label" in batch:
+        out.write(f"next sentence label: {int(batch['next_sentence_label'][0])} (0 = real continuation, 1 = random)\n\n")
+    n = min(width, ids.__len__())
+    mask = combine(padding_mask(batch["attention_mask"][:1, :n]),
+                   document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None,
+                   causal_mask(n) if getattr(model, "causal", False) else None)
+    if mask is None:
+        mask = torch.ones(1, 1, n, n, dtype=torch.bool)
+    grid = mask.expand(1, 1, n, n)[0, 0]
+    out.write(f"attention mask, first {n} tokens (row = query, '#' = may attend):\n")
+    for row in grid.tolist():
+        out.write("  " + "".join("#" if v else "." for v in row) + "\n")
