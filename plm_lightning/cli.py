@@ -63,6 +63,16 @@ class PLMCLI(LightningCLI):
                                   "resume it with the recipe it was trained with")
         super()._parse_ckpt_path()
 
+    def before_fit(self) -> None:
+        """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version)."""
+        sub = self.config_init.subcommand
+        if self.config_init[sub].get("ckpt_path") == "last":
+            found = find_last_checkpoint(self.trainer)
+            if found is None:
+                print("plm_lightning: no last.ckpt from an earlier run of this recipe; starting from scratch",
+                      file=sys.stderr)
+            self.config_init[sub]["ckpt_path"] = str(found) if found else None
+
     @staticmethod
     def _parser_kwargs(run: bool) -> dict[str, Any]:
         common: dict[str, Any] = {"parser_mode": "omegaconf", "exit_on_error": False}
@@ -70,6 +80,16 @@ class PLMCLI(LightningCLI):
             return common | {"default_config_files": default_config_files()}
         per_command = {"default_config_files": default_config_files()}
         return {cmd: dict(per_command) for cmd in ("fit", "validate", "test", "predict")} | common
+
+
+def find_last_checkpoint(trainer: Any) -> Path | None:
+    """Newest ``last.ckpt`` under the logger's directory for this recipe (all versions) or default_root_dir."""
+    roots = [Path(trainer.default_root_dir)]
+    logger = trainer.logger
+    if logger is not None and getattr(logger, "save_dir", None):
+        roots.append(Path(logger.save_dir) / (logger.name or ""))
+    found = [p for root in roots if root.is_dir() for p in root.rglob("last.ckpt")]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _fail(message: str) -> None:

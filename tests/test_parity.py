@@ -31,7 +31,7 @@ def _hf(kind):
         model = transformers.GPT2LMHeadModel(cfg)
     # non-trivial norms and biases so a swapped or missing tensor cannot hide
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     return model.eval()

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator
@@ -163,7 +164,10 @@ class TextDataModule(L.LightningDataModule):
                                drop_last=shuffle)
         return ResumableDataLoader(BlockDataset(blocks), batch_size=self.batch_size, sampler=sampler,
                                    collate_fn=self.collator(), num_workers=self.num_workers, drop_last=shuffle,
-                                   persistent_workers=False)
+                                   persistent_workers=False,
+                                   # its own generator: creating an iterator must not draw from the global RNG, or a
+                                   # resumed run's dropout would be shifted by one draw
+                                   generator=torch.Generator().manual_seed(self.seed))
 
     def train_dataloader(self) -> ResumableDataLoader:
         return self._loader("train", shuffle=True)

@@ -82,7 +82,9 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         raise ConfigError(f"export: no transformers counterpart is wired for objective {objective!r}")
     wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True,
                   embedding_size=None, share_layers=False)
-    bad = [k for k, v in wanted.items() if getattr(cfg, k) != v] + ([] if cfg.activation in ("gelu", "relu", "gelu_new") else ["activation"])
+    bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+    if cfg.activation not in ("gelu", "relu", "gelu_new"):
+        bad.append("activation")
     if bad:
         raise ConfigError(f"export: this MaskedLM differs from BERT/RoBERTa in {bad}; no transformers class holds it")
     if "nsp_head.classifier.weight" in state:

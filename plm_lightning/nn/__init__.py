@@ -7,7 +7,14 @@ from plm_lightning.nn.config import PRESETS, BackboneConfig, get_preset
 from plm_lightning.nn.embeddings import Embeddings
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.heads import LMHead, Pooler, SentenceHead
-from plm_lightning.nn.masks import causal_mask, combine, document_mask, padding_mask, prefix_lm_mask, sliding_window_mask
+from plm_lightning.nn.masks import (
+    causal_mask,
+    combine,
+    document_mask,
+    padding_mask,
+    prefix_lm_mask,
+    sliding_window_mask,
+)
 from plm_lightning.nn.norms import RMSNorm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding, relative_position_bucket, sinusoidal_table
 

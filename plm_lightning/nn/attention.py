@@ -33,9 +33,11 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         return "xformers" if device.type == "cuda" and xformers_available() else "sdpa"
     if backend == "xformers":
         if not xformers_available():
-            raise RuntimeError("attention_backend='xformers' but xformers is not installed; pip install 'plm-lightning[gpu]' or use 'sdpa'")
+            raise RuntimeError("attention_backend='xformers' but xformers is not installed; "
+                               "pip install 'plm-lightning[gpu]' or use 'sdpa'")
         if device.type != "cuda":
-            raise RuntimeError(f"attention_backend='xformers' needs CUDA tensors (xformers has no {device.type} kernels); use 'sdpa' or 'auto'")
+            raise RuntimeError(f"attention_backend='xformers' needs CUDA tensors (xformers has no {device.type} "
+                               "kernels); use 'sdpa' or 'auto'")
     return backend
 
 

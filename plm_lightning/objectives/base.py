@@ -166,7 +166,8 @@ class PretrainingModule(L.LightningModule):
         groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=tuple(hp.betas), eps=hp.adam_eps)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(hp.warmup_steps * total) if isinstance(hp.warmup_steps, float) and hp.warmup_steps < 1 else int(hp.warmup_steps)
+        fraction = isinstance(hp.warmup_steps, float) and hp.warmup_steps < 1
+        warmup = int(hp.warmup_steps * total) if fraction else int(hp.warmup_steps)
         schedule = lr_lambda(warmup, total, hp.lr_schedule, hp.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -184,10 +185,11 @@ class PretrainingModule(L.LightningModule):
         return F.cross_entropy(logits.float(), targets), logits, targets
 
     def forward(self, **batch: Tensor) -> dict[str, Tensor]:
+        """The steps call the module (not ``compute_loss``) so FSDP2's root hooks run around the whole step."""
         return self.compute_loss(batch)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        out = self.compute_loss(batch)
+        out = self(**batch)
         tokens = int(batch["attention_mask"].sum())
         loss_tokens = int(out["lm_targets"].numel())
         self.tokens_seen += tokens * self.trainer.world_size
@@ -198,14 +200,14 @@ class PretrainingModule(L.LightningModule):
         bs = batch["input_ids"].shape[0]
         for name, value in out.items():
             if name.endswith("loss"):
-                self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs)
+                self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
         self.log("train/accuracy", self.train_accuracy, batch_size=bs)
         self.log("train/tokens_seen", float(self.tokens_seen), batch_size=bs)
         self.log("train/loss_tokens_seen", float(self.loss_tokens_seen), batch_size=bs)
         return out["loss"]
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        out = self.compute_loss(batch)
+        out = self(**batch)
         self.val_loss.update(out["loss"], weight=out["lm_targets"].numel())
         self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
@@ -216,8 +218,8 @@ class PretrainingModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()
-        self.log("val/loss", loss, prog_bar=True)
-        self.log("val/perplexity", torch.exp(loss.clamp(max=50)))
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val/perplexity", torch.exp(loss.clamp(max=50)), sync_dist=True)
         self.val_loss.reset()
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
@@ -227,7 +229,7 @@ class PretrainingModule(L.LightningModule):
         self.on_validation_epoch_end()
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        out = self.compute_loss(batch)
+        out = self(**batch)
         return {"loss": out["loss"], "predictions": out["lm_logits"].argmax(-1), "targets": out["lm_targets"]}
 
     # -- checkpoints --------------------------------------------------------------------------------------------
@@ -238,6 +240,10 @@ class PretrainingModule(L.LightningModule):
         if tokenizer is not None:
             meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
                                  "kind": tokenizer.kind}
+        # Lightning does not save the global RNG; dropout after a resume must match an uninterrupted run
+        meta["rng"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            meta["rng"]["cuda"] = torch.cuda.get_rng_state_all()
         checkpoint[CHECKPOINT_KEY] = meta
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -252,6 +258,11 @@ class PretrainingModule(L.LightningModule):
             raise ConfigError(f"ckpt_path: the checkpoint's backbone differs from model.backbone in {diff}")
         self.tokens_seen = meta.get("tokens_seen", 0)
         self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
+        rng = meta.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float):  # noqa: ANN201

@@ -1,0 +1,96 @@
+"""Multi-process runs (DDP, FSDP2 on 2 CPU processes), SIGKILL + resume, and the W&B offline logger."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, run_cli
+from tests.test_cli import _train_losses
+
+NO_DROPOUT = ["--model.backbone_overrides", "{dropout: 0.0, attention_dropout: 0.0}"]
+SMALL = ["--data.seq_len", "64", "--trainer.limit_val_batches", "0", "--trainer.log_every_n_steps", "1",
+         "--trainer.max_steps", "8", *NO_DROPOUT]
+
+
+@pytest.mark.slow
+def test_ddp_and_fsdp2_match_single_process(tmp_path):
+    """Same global batch (16 = 1 x 16 = 2 x 8), same samples and masks: the same loss trajectory."""
+    gpt2 = str(ROOT / "configs" / "gpt2.yaml")
+    runs = {
+        "single": [],
+        "ddp": ["--config", str(ROOT / "configs" / "strategy" / "ddp.yaml")],
+        "fsdp": ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml")],
+    }
+    losses = {}
+    for name, extra in runs.items():
+        batch = "16" if name == "single" else "8"
+        res = run_cli(["fit", "--config", gpt2, *extra, *SMALL, "--data.batch_size", batch], cwd=tmp_path / name
+                      if (tmp_path / name).mkdir() is None else tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        losses[name] = _train_losses(tmp_path / name / "runs")
+    assert len(losses["single"]) == 8
+    for name in ("ddp", "fsdp"):
+        assert len(losses[name]) == 8
+        diffs = [abs(a - b) for a, b in zip(losses["single"], losses[name])]
+        assert max(diffs) < 2e-3, (name, losses["single"], losses[name])
+
+
+def _state(path):
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_ends_at_same_weights(tmp_path):
+    (tmp_path / "every5.yaml").write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args: {save_last: true, every_n_train_steps: 5, save_top_k: 1}\n")
+    common = ["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--config", str(tmp_path / "every5.yaml"),
+              "--data.seq_len", "64", "--data.batch_size", "8", "--trainer.max_steps", "30",
+              "--trainer.limit_val_batches", "0", "--trainer.deterministic", "true"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    res = run_cli(common, cwd=tmp_path / "a")
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, "-m", "plm_lightning", *common], cwd=tmp_path / "b", env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list((tmp_path / "b").rglob("last.ckpt")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (killed,) = list((tmp_path / "b").rglob("last.ckpt"))
+    step_at_kill = torch.load(killed, weights_only=True)["global_step"]
+    assert step_at_kill < 30, "the run finished before it could be killed"
+
+    res = run_cli([*common, "--ckpt_path", "last"], cwd=tmp_path / "b")
+    assert res.returncode == 0, res.stderr[-3000:]
+    finals = sorted((tmp_path / "b").rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+    assert torch.load(finals[-1], weights_only=True)["global_step"] == 30
+    (reference,) = list((tmp_path / "a").rglob("last.ckpt"))
+    a, b = _state(reference), _state(finals[-1])
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+@pytest.mark.slow
+def test_wandb_offline_run_directory(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--config",
+                   str(ROOT / "configs" / "logger" / "wandb.yaml"), "--data.seq_len", "64", "--trainer.max_steps", "12",
+                   "--trainer.limit_val_batches", "0", "--trainer.log_every_n_steps", "4"], cwd=tmp_path,
+                  env={"WANDB_MODE": "", "WANDB_API_KEY": ""})
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = list((tmp_path / "runs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    (summary,) = list(runs[0].rglob("wandb-summary.json")) or [None]
+    files = [p.name for p in runs[0].rglob("*")]
+    assert any(name.endswith(".wandb") for name in files)
+    if summary is not None:
+        assert "train/loss" in summary.read_text()
