@@ -66,6 +66,8 @@ class TransformerStack(nn.Module):
         """
         causal = self.causal if causal is None else causal
         length = input_ids.shape[1]
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # no padding: let SDPA take its mask-free (and, if causal, is_causal) fast path
         if length > self.cfg.max_position_embeddings and self.cfg.position_embedding in ("learned", "sinusoidal"):
             raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
                              f"{self.cfg.max_position_embeddings}")

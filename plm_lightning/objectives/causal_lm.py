@@ -27,9 +27,6 @@ class CausalLM(PretrainingModule):
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
-        attention_mask = batch.get("attention_mask")
-        if attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # full blocks: let SDPA take its is_causal fast path
-        hidden = self.backbone(batch["input_ids"], attention_mask, mask=extra).last_hidden_state
+        hidden = self.backbone(batch["input_ids"], batch.get("attention_mask"), mask=extra).last_hidden_state
         loss, logits, targets = self.lm_loss(hidden, batch["labels"])
         return {"loss": loss, "lm_logits": logits, "lm_targets": targets}
