@@ -122,12 +122,6 @@ class TextDataModule(L.LightningDataModule):
             self._tokenizer = tok
         return self._tokenizer
 
-    def _tokenizer_file(self) -> str:
-        name = self.tokenizer.name
-        path = name[name.find("(trained, ") + 10: -1] if "(trained, " in name else name
-        p = Path(path)
-        return str(p / "tokenizer.json" if p.is_dir() else p)
-
     # -- Lightning hooks ----------------------------------------------------------------------------------------
     def prepare_data(self) -> None:
         self._load_blocks()
@@ -138,7 +132,7 @@ class TextDataModule(L.LightningDataModule):
 
     def _load_blocks(self) -> None:
         self.blocks = build_or_load(
-            lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self._tokenizer_file(), self.packing,
+            lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
             self.seq_len, self.val_fraction, self.seed, self.cache_dir,
         )
         if len(self.blocks["train"]) == 0:

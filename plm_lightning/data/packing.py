@@ -211,13 +211,16 @@ def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextT
     raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")
 
 
-def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str, mode: str,  # noqa: ANN001
+def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str | None, mode: str,  # noqa: ANN001
                   length: int, val_fraction: float, seed: int, cache_dir: Path) -> dict[str, PackedBlocks]:
     """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split) and then memory-mapped.
 
     ``documents_fn`` is only called on a cache miss.
     """
-    tok_hash = hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest() if Path(tokenizer_file).is_file() else ""
+    if tokenizer_file is not None and Path(tokenizer_file).is_file():
+        tok_hash = hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest()
+    else:
+        tok_hash = hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
     key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tok_hash, length=length, mode=mode,
                       val_fraction=val_fraction, seed=seed)
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]

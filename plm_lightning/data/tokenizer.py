@@ -31,8 +31,10 @@ class TextTokenizer:
     """A `tokenizers.Tokenizer` plus the ids of its special tokens by role."""
 
     def __init__(self, tokenizer: Tokenizer, special: dict[str, str], kind: str = "custom",
-                 name: str = "tokenizer") -> None:
+                 name: str = "tokenizer", file: str | None = None) -> None:
         self.tokenizer, self.special, self.kind, self.name = tokenizer, dict(special), kind, name
+        self.file = file
+        """The ``tokenizer.json`` it was loaded from (None when built in memory); its bytes key the packing cache."""
         self.ids: dict[str, int] = {}
         for role, token in self.special.items():
             token_id = tokenizer.token_to_id(token)
@@ -105,7 +107,7 @@ class TextTokenizer:
             vocab = tok.get_vocab()
             for known in KINDS.values():
                 special.update({r: t for r, t in known.items() if t in vocab and r not in special})
-        return cls(tok, special, kind, name=str(path))
+        return cls(tok, special, kind, name=str(path), file=str(file))
 
 
 def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int) -> TextTokenizer:
