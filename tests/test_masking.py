@@ -6,7 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning.data.collators import MaskedLMCollator
-from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, masking_budget
+from plm_lightning.data.corruption import (
+    IGNORE_INDEX,
+    MaskingConfig,
+    mask_tokens,
+    masking_budget,
+    masking_budgets,
+    row_keys,
+    uniforms,
+)
 from plm_lightning.errors import ConfigError
 
 VOCAB = 1000
@@ -26,12 +34,12 @@ def sequences(draw):
     return ids
 
 
-@given(ids=sequences(), seed=st.integers(0, 2**32 - 1), p=st.floats(0.01, 0.99))
+@given(ids=sequences(), seed=st.integers(0, 2**63 - 1), p=st.floats(0.01, 0.99))
 @settings(max_examples=200, deadline=None)
 def test_exact_budget_labels_and_specials(ids, seed, p):
     cfg = MaskingConfig(mask_prob=p)
     maskable = ~np.isin(ids, SPECIAL)
-    corrupted, labels = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
+    corrupted, labels = mask_tokens(ids, maskable, seed, cfg, MASK_ID, RANDOM_IDS)
     chosen = labels != IGNORE_INDEX
     # exact budget
     assert chosen.sum() == masking_budget(int(maskable.sum()), p)
@@ -49,13 +57,13 @@ def test_exact_budget_labels_and_specials(ids, seed, p):
     assert not np.isin(corrupted[changed], SPECIAL).any()
 
 
-@given(ids=sequences(), seed=st.integers(0, 2**32 - 1))
+@given(ids=sequences(), seed=st.integers(0, 2**63 - 1))
 @settings(max_examples=50, deadline=None)
 def test_same_seed_same_masks(ids, seed):
     cfg = MaskingConfig()
     maskable = ~np.isin(ids, SPECIAL)
-    a = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
-    b = mask_tokens(ids, maskable, np.random.default_rng(seed), cfg, MASK_ID, RANDOM_IDS)
+    a = mask_tokens(ids, maskable, seed, cfg, MASK_ID, RANDOM_IDS)
+    b = mask_tokens(ids, maskable, seed, cfg, MASK_ID, RANDOM_IDS)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
@@ -65,12 +73,12 @@ def test_replacement_split_over_many_draws(mask_replace, random_replace):
     cfg = MaskingConfig(0.15, mask_replace, random_replace)
     ids = rng.integers(5, VOCAB, size=(400, 128))
     counts = np.zeros(3)
-    for row in ids:
-        corrupted, labels = mask_tokens(row, np.ones_like(row, bool), rng, cfg, MASK_ID, RANDOM_IDS)
-        chosen = labels != IGNORE_INDEX
-        is_mask = corrupted[chosen] == MASK_ID
-        unchanged = corrupted[chosen] == row[chosen]
-        counts += [is_mask.sum(), (~is_mask & ~unchanged).sum(), unchanged.sum()]
+    corrupted, labels = mask_tokens(ids, np.ones_like(ids, bool), row_keys(0, 0, np.arange(len(ids))), cfg, MASK_ID,
+                                    RANDOM_IDS)
+    chosen = labels != IGNORE_INDEX
+    is_mask = corrupted[chosen] == MASK_ID
+    unchanged = corrupted[chosen] == ids[chosen]
+    counts += [is_mask.sum(), (~is_mask & ~unchanged).sum(), unchanged.sum()]
     frac = counts / counts.sum()
     # a random replacement can draw the original token (1/995): tolerance covers it and sampling noise
     expected = np.array([mask_replace, random_replace, 1 - mask_replace - random_replace])
@@ -97,3 +105,29 @@ def test_collator_is_seeded_by_seed_epoch_index():
 def test_bad_masking_config(kwargs):
     with pytest.raises(ConfigError, match="data.m|data.r"):
         MaskingConfig(**kwargs)
+
+
+@given(ids=st.lists(sequences(), min_size=1, max_size=6), seed=st.integers(0, 2**63 - 1), p=st.floats(0.01, 0.99))
+@settings(max_examples=100, deadline=None)
+def test_batch_rows_equal_single_rows(ids, seed, p):
+    """A row's corruption depends only on its own key: batching (or DDP sharding) never changes it."""
+    length = max(len(r) for r in ids)
+    batch = np.stack([np.pad(r, (0, length - len(r))) for r in ids])
+    maskable = ~np.isin(batch, SPECIAL)
+    keys = row_keys(seed, 0, np.arange(len(ids)))
+    corrupted, labels = mask_tokens(batch, maskable, keys, MaskingConfig(p), MASK_ID, RANDOM_IDS)
+    for r in range(len(ids)):
+        c1, l1 = mask_tokens(batch[r], maskable[r], keys[r], MaskingConfig(p), MASK_ID, RANDOM_IDS)
+        assert np.array_equal(c1, corrupted[r]) and np.array_equal(l1, labels[r])
+    assert np.array_equal((labels != IGNORE_INDEX).sum(1), masking_budgets(maskable.sum(1), p))
+
+
+def test_counter_uniforms_look_uniform_and_independent():
+    u = uniforms(row_keys(1, 0, np.arange(2000)), 128, stream=0)
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
+    hist = np.histogram(u, bins=10, range=(0, 1))[0] / u.size
+    assert np.allclose(hist, 0.1, atol=0.005)
+    v = uniforms(row_keys(1, 0, np.arange(2000)), 128, stream=1)
+    assert abs(np.corrcoef(u.ravel(), v.ravel())[0, 1]) < 0.01  # streams are independent
+    assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.01  # neighbours are independent
+    assert not np.array_equal(row_keys(1, 0, [5]), row_keys(1, 1, [5]))

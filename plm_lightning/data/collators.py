@@ -12,13 +12,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens
+from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, row_keys
 
 
-def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The generator for one sample: a pure function of (seed, epoch, sample index), so resumed runs and every
-    DataLoader worker reproduce the same corruption."""
-    return np.random.default_rng([seed, epoch, index])
+def sample_keys(seed: int, samples: list[dict[str, Any]], epoch_period: int | None = None) -> np.ndarray:
+    """One counter key per sample from (seed, epoch, sample index): resumed runs, every DataLoader worker and every
+    world size reproduce the same corruption. ``epoch_period`` cycles epochs (static masking's dupe_factor)."""
+    epochs = np.array([s["epoch"] for s in samples], dtype=np.int64)
+    if epoch_period is not None:
+        epochs %= epoch_period
+    return row_keys(seed, epochs, np.array([s["index"] for s in samples], dtype=np.int64))
 
 
 def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -55,12 +58,8 @@ class MaskedLMCollator:
         stacked = _stack(samples)
         ids = stacked["input_ids"]
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
-        corrupted, labels = np.empty_like(ids), np.empty_like(ids)
-        for row, s in enumerate(samples):
-            epoch = s["epoch"] % self.dupe_factor if self.static_masking else s["epoch"]
-            rng = sample_rng(self.seed, epoch, s["index"])
-            corrupted[row], labels[row] = mask_tokens(ids[row], maskable[row], rng, self.masking,
-                                                      self.mask_token_id, self.random_token_ids)
+        keys = sample_keys(self.seed, samples, self.dupe_factor if self.static_masking else None)
+        corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id, self.random_token_ids)
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
                 **_extras(samples, stacked, self.document_mask)}
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.errors import ConfigError
 
 IGNORE_INDEX = -100
@@ -42,43 +44,59 @@ def masking_budget(num_candidates: int, mask_prob: float) -> int:
     return min(num_candidates, max(1, int(round(mask_prob * num_candidates))))
 
 
+def masking_budgets(num_candidates: np.ndarray, mask_prob: float) -> np.ndarray:
+    """:func:`masking_budget` for every row at once."""
+    n = np.asarray(num_candidates)
+    return np.where(n > 0, np.minimum(n, np.maximum(1, np.rint(mask_prob * n).astype(np.int64))), 0)
+
+
 def replace_selected(
     input_ids: np.ndarray,
     selected: np.ndarray,
-    rng: np.random.Generator,
+    keys: ArrayLike,
     cfg: MaskingConfig,
     mask_token_id: int,
     random_token_ids: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Apply the [MASK] / random / unchanged replacement to the ``selected`` positions (boolean, same shape).
+    """Apply the [MASK] / random / unchanged replacement to the ``selected`` positions (boolean, ``[B, L]``).
 
     Returns ``(corrupted, labels)`` with labels = original ids at selected positions and -100 elsewhere. Shared by
-    every scheme that chooses positions differently (tokens, whole words, spans, entities).
+    every scheme that chooses positions differently (tokens, whole words, spans, entities). Draws come from
+    streams 1 and 2 of the rows' counter-based keys.
     """
+    length = input_ids.shape[-1]
     corrupted = input_ids.copy()
-    labels = np.full_like(input_ids, IGNORE_INDEX)
-    labels[selected] = input_ids[selected]
-    idx = np.flatnonzero(selected)
-    draw = rng.random(idx.size)
-    to_mask = idx[draw < cfg.mask_replace_prob]
-    to_random = idx[(draw >= cfg.mask_replace_prob) & (draw < cfg.mask_replace_prob + cfg.random_replace_prob)]
+    labels = np.where(selected, input_ids, IGNORE_INDEX)
+    kind = uniforms(keys, length, stream=1)
+    to_mask = selected & (kind < cfg.mask_replace_prob)
+    to_random = selected & (kind >= cfg.mask_replace_prob) & (kind < cfg.mask_replace_prob + cfg.random_replace_prob)
     corrupted[to_mask] = mask_token_id
-    if to_random.size:
-        corrupted[to_random] = random_token_ids[rng.integers(0, random_token_ids.size, to_random.size)]
+    if to_random.any():
+        pick = (uniforms(keys, length, stream=2)[to_random] * random_token_ids.size).astype(np.int64)
+        corrupted[to_random] = random_token_ids[np.minimum(pick, random_token_ids.size - 1)]
     return corrupted, labels
 
 
 def mask_tokens(
     input_ids: np.ndarray,
     maskable: np.ndarray,
-    rng: np.random.Generator,
+    keys: ArrayLike,
     cfg: MaskingConfig,
     mask_token_id: int,
     random_token_ids: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Token-level MLM corruption of one sequence. ``maskable`` marks non-special, non-pad positions."""
-    candidates = np.flatnonzero(maskable)
-    budget = masking_budget(candidates.size, cfg.mask_prob)
-    selected = np.zeros(input_ids.shape, dtype=bool)
-    selected[rng.choice(candidates, size=budget, replace=False)] = True
-    return replace_selected(input_ids, selected, rng, cfg, mask_token_id, random_token_ids)
+    """Token-level MLM corruption of a batch ``[B, L]`` (or one sequence ``[L]``) in one vectorised pass.
+
+    ``maskable`` marks non-special, non-pad positions; ``keys`` holds one counter key per row (see
+    :func:`~plm_lightning.data.corruption.counter_rng.row_keys`; an int is fine for one sequence). Each row gets
+    exactly :func:`masking_budget` positions: the maskable positions with the smallest stream-0 uniforms.
+    """
+    squeeze = input_ids.ndim == 1
+    ids, ok = np.atleast_2d(input_ids), np.atleast_2d(maskable)
+    keys = np.atleast_1d(np.asarray(keys, dtype=np.uint64))
+    scores = np.where(ok, uniforms(keys, ids.shape[1], stream=0), np.inf)
+    ranks = np.empty(ids.shape, dtype=np.int64)
+    np.put_along_axis(ranks, np.argsort(scores, axis=1, kind="stable"), np.arange(ids.shape[1])[None, :], axis=1)
+    selected = ranks < masking_budgets(ok.sum(1), cfg.mask_prob)[:, None]
+    corrupted, labels = replace_selected(ids, selected, keys, cfg, mask_token_id, random_token_ids)
+    return (corrupted[0], labels[0]) if squeeze else (corrupted, labels)
