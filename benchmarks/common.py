@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
 
-def interleaved_timing(fns: dict[str, Callable[[], None]], warmup: int = 2, repeats: int = 6) -> dict[str, float]:
-    """Median seconds per call of each function, calls interleaved so machine noise hits all of them alike."""
+def interleaved_timing(fns: dict[str, Callable[[], None]], warmup: int = 2, repeats: int = 6) -> dict[str, dict]:
+    """Seconds per call of each function, calls interleaved A B A B ... so machine noise hits them alike.
+
+    Returns per function its ``median`` and ``min`` seconds, and ``ratio_to_first``: the median over repeats of
+    (this function's time / the first function's time in the same round), robust to the machine drifting.
+    """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -17,4 +22,6 @@ def interleaved_timing(fns: dict[str, Callable[[], None]], warmup: int = 2, repe
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
-    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    first = samples[next(iter(fns))]
+    return {k: {"median": statistics.median(v), "min": min(v),
+                "ratio_to_first": statistics.median(b / a for a, b in zip(first, v))} for k, v in samples.items()}

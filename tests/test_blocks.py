@@ -146,3 +146,22 @@ def test_bad_config_errors():
         get_preset("bert-gigantic")
     with pytest.raises(ValueError, match="max_position_embeddings"):
         Encoder(get_preset("tiny"))(torch.zeros(1, 300, dtype=torch.long))
+
+
+def test_encoder_decoder_cross_attention():
+    from plm_lightning.nn import EncoderDecoder
+
+    cfg = get_preset("tiny").replace(dropout=0.0, attention_dropout=0.0)
+    model = EncoderDecoder(cfg).eval()
+    src, tgt = torch.randint(5, 100, (2, 9)), torch.randint(5, 100, (2, 7))
+    enc, dec = model(src, tgt)
+    assert dec.last_hidden_state.shape == (2, 7, cfg.hidden_size)
+    assert model.decoder.embeddings.token is model.encoder.embeddings.token  # one shared vocabulary embedding
+    src2 = src.clone()
+    src2[:, 0] += 1
+    assert not torch.allclose(model(src2, tgt)[1].last_hidden_state, dec.last_hidden_state)  # decoder reads encoder
+    tgt2 = tgt.clone()
+    tgt2[:, 5:] += 1
+    assert torch.allclose(model(src, tgt2)[1].last_hidden_state[:, :5], dec.last_hidden_state[:, :5], atol=1e-6)
+    with pytest.raises(ValueError, match="cross-attention needs kv"):
+        model.decoder.layers[0].cross_attn(torch.randn(1, 3, cfg.hidden_size))

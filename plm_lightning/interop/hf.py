@@ -13,18 +13,16 @@ from torch import Tensor
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.config import BackboneConfig
 
+_ENCODER_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")  # rows of our qkv_proj
 _ENCODER_LAYER = {  # ours -> HF, relative to one layer
-    "self_attn.q_proj": "attention.self.query",
-    "self_attn.k_proj": "attention.self.key",
-    "self_attn.v_proj": "attention.self.value",
     "self_attn.o_proj": "attention.output.dense",
     "self_attn_norm": "attention.output.LayerNorm",
     "ffn.fc_in": "intermediate.dense",
     "ffn.fc_out": "output.dense",
     "ffn_norm": "output.LayerNorm",
 }
-_GPT2_LAYER = {"self_attn_norm": "ln_1", "self_attn.o_proj": "attn.c_proj", "ffn_norm": "ln_2",
-               "ffn.fc_in": "mlp.c_fc", "ffn.fc_out": "mlp.c_proj"}
+_GPT2_LAYER = {"self_attn_norm": "ln_1", "self_attn.qkv_proj": "attn.c_attn", "self_attn.o_proj": "attn.c_proj",
+               "ffn_norm": "ln_2", "ffn.fc_in": "mlp.c_fc", "ffn.fc_out": "mlp.c_proj"}
 ARCHITECTURES = {"bert": "BertForMaskedLM", "bert-nsp": "BertForPreTraining", "roberta": "RobertaForMaskedLM",
                  "gpt2": "GPT2LMHeadModel"}
 
@@ -66,7 +64,7 @@ def _gpt2_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
 
 
 def _is_conv1d(hf_key: str) -> bool:
-    return hf_key.endswith(".weight") and any(s in hf_key for s in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+    return hf_key.endswith(".weight") and any(s in hf_key for s in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
 
 
 def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tokenizer_kind: str | None) -> str:
@@ -99,16 +97,16 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
         for ours, hf in _gpt2_pairs(cfg):
             t = state[ours]
             out[hf] = t.t().contiguous() if _is_conv1d(hf) else t.clone()
-        for i in range(cfg.num_layers):
-            p = f"backbone.layers.{i}.self_attn"
-            out[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat(
-                [state[f"{p}.{n}_proj.weight"] for n in "qkv"], dim=0).t().contiguous()
-            out[f"transformer.h.{i}.attn.c_attn.bias"] = torch.cat([state[f"{p}.{n}_proj.bias"] for n in "qkv"])
         return out
     base = "bert" if family.startswith("bert") else "roberta"
     for ours, hf in _encoder_pairs(cfg, "bert" if base == "bert" else "roberta", family == "bert-nsp"):
         if ours in state:
             out[hf] = state[ours].clone()
+    for i in range(cfg.num_layers):
+        for kind in ("weight", "bias"):
+            fused = state[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"]
+            for name, part in zip(_ENCODER_QKV, fused.chunk(3, dim=0)):
+                out[f"{base}.encoder.layer.{i}.{name}.{kind}"] = part.clone()
     positions = state["backbone.embeddings.position.weight"][cfg.position_offset:]
     if base == "roberta":  # RoBERTa counts positions from padding_idx + 1
         offset = cfg.pad_token_id + 1
@@ -130,13 +128,6 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
                 key = "transformer.wte.weight"  # tied, often not saved
             t = hf[key]
             out[ours] = t.t().contiguous() if _is_conv1d(key) else t.clone()
-        h = cfg.hidden_size
-        for i in range(cfg.num_layers):
-            w = hf[f"transformer.h.{i}.attn.c_attn.weight"].t()
-            b = hf[f"transformer.h.{i}.attn.c_attn.bias"]
-            for j, n in enumerate("qkv"):
-                out[f"backbone.layers.{i}.self_attn.{n}_proj.weight"] = w[j * h:(j + 1) * h].contiguous()
-                out[f"backbone.layers.{i}.self_attn.{n}_proj.bias"] = b[j * h:(j + 1) * h].clone()
         return out
     base = "bert" if family.startswith("bert") else "roberta"
     for ours, key in _encoder_pairs(cfg, base, family == "bert-nsp"):
@@ -144,6 +135,10 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
             out[ours] = hf[key].clone()
         elif key.endswith("decoder.weight"):
             out[ours] = hf[f"{base}.embeddings.word_embeddings.weight"].clone()
+    for i in range(cfg.num_layers):
+        for kind in ("weight", "bias"):
+            parts = [hf[f"{base}.encoder.layer.{i}.{name}.{kind}"] for name in _ENCODER_QKV]
+            out[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)
     out["backbone.embeddings.position.weight"] = hf[f"{base}.embeddings.position_embeddings.weight"].clone()
     return out
 

@@ -72,7 +72,8 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, is_
 
 
 class MultiHeadAttention(nn.Module):
-    """Self- or cross-attention with separate q/k/v/o projections (the BERT / T5 layout).
+    """Self- or cross-attention. Self-attention projects q, k, v with one fused matmul (``qkv_proj``, the GPT-2
+    ``c_attn`` layout); cross-attention projects q from the decoder and k, v (fused ``kv_proj``) from the encoder.
 
     ``mask`` is boolean (True = may attend), ``position_bias`` additive (T5), ``rope`` a (cos, sin) pair.
     """
@@ -85,6 +86,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         backend: str = "auto",
         scale: float | None = None,
+        cross_attention: bool = False,
         kv_size: int | None = None,
     ) -> None:
         super().__init__()
@@ -93,15 +95,17 @@ class MultiHeadAttention(nn.Module):
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else scale
         self.dropout, self.backend = dropout, backend
-        kv_size = hidden_size if kv_size is None else kv_size
-        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
-        self.k_proj = nn.Linear(kv_size, hidden_size, bias=bias)
-        self.v_proj = nn.Linear(kv_size, hidden_size, bias=bias)
+        self.hidden_size, self.cross_attention = hidden_size, cross_attention
+        if cross_attention:
+            self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+            self.kv_proj = nn.Linear(hidden_size if kv_size is None else kv_size, 2 * hidden_size, bias=bias)
+        else:
+            self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
-        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
 
     def forward(
         self,
@@ -112,8 +116,16 @@ class MultiHeadAttention(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         kv: Tensor | None = None,
     ) -> Tensor:
-        source = x if kv is None else kv
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
+        if self.cross_attention:
+            if kv is None:
+                raise ValueError("cross-attention needs kv (the encoder output)")
+            q = self.q_proj(x)
+            k, v = self.kv_proj(kv).split(self.hidden_size, dim=-1)
+        else:
+            if kv is not None:
+                raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
+            q, k, v = self.qkv_proj(x).split(self.hidden_size, dim=-1)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         out = self.attend(q, k, v, mask, is_causal, position_bias)

@@ -19,13 +19,13 @@ class TransformerBlock(nn.Module):
         self.pre_norm = cfg.is_pre_norm
         t5_scaling = cfg.position_embedding == "t5_relative"
 
-        def attention() -> MultiHeadAttention:
+        def attention(cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.bias,
-                                      cfg.attention_backend, scale=1.0 if t5_scaling else None)
+                                      cfg.attention_backend, scale=1.0 if t5_scaling else None, cross_attention=cross)
 
-        self.self_attn = attention()
+        self.self_attn = attention(cross=False)
         self.self_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
-        self.cross_attn = attention() if cross_attention else None
+        self.cross_attn = attention(cross=True) if cross_attention else None
         self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias)
         self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
