@@ -140,3 +140,28 @@ def test_causal_lm_datamodule_batches():
     b = next(iter(dm.train_dataloader()))
     assert (b["labels"][:, :-1] == b["input_ids"][:, 1:]).all() and (b["labels"][:, -1] == -100).all()
     assert "document_ids" in b
+
+
+def test_saved_hf_dataset_source(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"body": ["One doc. It has two sentences.", "", "Another doc."]})
+    ds.save_to_disk(str(tmp_path / "single"))
+    docs, fingerprint = load_documents(str(tmp_path / "single"), text_field="body")
+    assert docs == ["One doc. It has two sentences.", "Another doc."] and fingerprint.startswith("hf-")
+    datasets.DatasetDict({"train": ds, "validation": ds.select([2])}).save_to_disk(str(tmp_path / "dict"))
+    assert load_documents(str(tmp_path / "dict"), text_field="body", split="validation")[0] == ["Another doc."]
+    with pytest.raises(ConfigError, match="no split 'test'"):
+        load_documents(str(tmp_path / "dict"), text_field="body", split="test")
+    with pytest.raises(ConfigError, match="no column 'text'"):
+        load_documents(str(tmp_path / "single"))
+
+
+def test_datamodule_trains_on_saved_hf_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": list(embedded_corpus()[:80])}).save_to_disk(str(tmp_path / "ds"))
+    dm = MaskedLMDataModule(source=str(tmp_path / "ds"), seq_len=64, batch_size=4, tokenizer_vocab_size=2000,
+                            cache_dir=str(tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.tokenizer.vocab_size == 2000 and len(dm.blocks["train"]) > 10
+    assert next(iter(dm.train_dataloader()))["input_ids"].shape == (4, 64)

@@ -145,9 +145,8 @@ def _hf_dataset(source: str, text_field: str, split: str) -> tuple[list[str], st
             f"data.source: '{source}' is not a local file, directory or glob, and the `datasets` package is not "
             "installed to load it as a Hugging Face dataset (pip install 'plm-lightning[datasets]')"
         ) from err
-    path = Path(source)
     try:
-        ds = datasets.load_from_disk(source) if path.exists() else datasets.load_dataset(source, split=split)
+        ds = datasets.load_from_disk(source) if is_saved_dataset(source) else datasets.load_dataset(source, split=split)
     except Exception as err:
         raise ConfigError(f"data.source: cannot load dataset '{source}': {err}") from err
     if isinstance(ds, datasets.DatasetDict):
@@ -160,11 +159,20 @@ def _hf_dataset(source: str, text_field: str, split: str) -> tuple[list[str], st
     return [t for t in ds[text_field] if t], f"hf-{source}-{ds._fingerprint}"
 
 
+def is_saved_dataset(path: str) -> bool:
+    """A directory written by ``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    p = Path(path).expanduser()
+    return p.is_dir() and any((p / marker).is_file() for marker in ("dataset_info.json", "state.json",
+                                                                      "dataset_dict.json"))
+
+
 def source_fingerprint(source: str | None, text_field: str = "text", max_documents: int | None = None) -> str | None:
     """A cheap fingerprint (no text read) for the embedded corpus and local files; None for HF datasets."""
     suffix = f"-first{max_documents}" if max_documents is not None else ""
     if source in (None, "", EMBEDDED):
         return _embedded_fingerprint() + suffix
+    if is_saved_dataset(source):
+        return None
     if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
         return _file_fingerprint(resolve_files(source), text_field) + suffix
     return None
@@ -176,7 +184,9 @@ def load_documents(source: str | None, text_field: str = "text", split: str = "t
     if source in (None, "", EMBEDDED):
         docs, fingerprint = list(embedded_corpus()), _embedded_fingerprint()
     else:
-        if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
+        if is_saved_dataset(source):
+            docs, fingerprint = _hf_dataset(source, text_field, split)
+        elif Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
             files = resolve_files(source)
             docs = [doc for f in files for doc in _read_file(f, text_field)]
             fingerprint = _file_fingerprint(files, text_field)
