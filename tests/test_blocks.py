@@ -165,3 +165,18 @@ def test_encoder_decoder_cross_attention():
     assert torch.allclose(model(src, tgt2)[1].last_hidden_state[:, :5], dec.last_hidden_state[:, :5], atol=1e-6)
     with pytest.raises(ValueError, match="cross-attention needs kv"):
         model.decoder.layers[0].cross_attn(torch.randn(1, 3, cfg.hidden_size))
+
+
+def test_flops_count_matches_six_n_rule():
+    """Kaplan et al. 2020: training ~ 6 N FLOPs per token (+ attention); forward is a third of it."""
+    from plm_lightning.nn.flops import block_matmul_params, training_flops
+
+    cfg = get_preset("gpt2")
+    n_block = cfg.num_layers * block_matmul_params(cfg)
+    assert n_block == 12 * (4 * 768 * 768 + 2 * 768 * 3072)  # 85M non-embedding matmul weights of GPT-2 small
+    full = training_flops(cfg, 1, 1024, 1024, head_transform=False)
+    per_token = full / 1024
+    six_n = 6 * (n_block + cfg.vocab_size * cfg.hidden_size)
+    attention = 6 * 2 * cfg.num_layers * 1024 * cfg.hidden_size
+    assert per_token == six_n + attention
+    assert training_flops(cfg, 1, 1024, 1024, head_transform=False, backward=False) * 3 == full

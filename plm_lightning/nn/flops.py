@@ -18,13 +18,13 @@ def block_matmul_params(cfg: BackboneConfig) -> int:
 
 
 def training_flops(cfg: BackboneConfig, batch_size: int, seq_len: int, loss_tokens: int,
-                   head_transform: bool = True) -> int:
-    """FLOPs of one training step (forward + backward) on ``batch_size x seq_len`` tokens with a sparse LM head
-    evaluated at ``loss_tokens`` positions."""
+                   head_transform: bool = True, backward: bool = True) -> int:
+    """FLOPs of one training step (forward + backward; forward only with ``backward=False``) on
+    ``batch_size x seq_len`` tokens with a sparse LM head evaluated at ``loss_tokens`` positions."""
     tokens = batch_size * seq_len
     dense = 2 * cfg.num_layers * block_matmul_params(cfg) * tokens
     attention = 2 * 2 * cfg.num_layers * seq_len * cfg.hidden_size * tokens
     emb = cfg.embedding_size or cfg.hidden_size
     factorized = 2 * emb * cfg.hidden_size * tokens if cfg.embedding_size else 0
     head = 2 * loss_tokens * ((cfg.hidden_size * emb if head_transform else 0) + emb * cfg.vocab_size)
-    return 3 * (dense + attention + factorized + head)
+    return (3 if backward else 1) * (dense + attention + factorized + head)

@@ -198,8 +198,7 @@ class PretrainingModule(L.LightningModule):
         loss_tokens = int(out["lm_targets"].numel())
         self.tokens_seen += tokens * self.trainer.world_size
         self.loss_tokens_seen += loss_tokens * self.trainer.world_size
-        self.flops_per_batch = training_flops(self.config, batch["input_ids"].shape[0], batch["input_ids"].shape[1],
-                                              loss_tokens, head_transform=self.lm_head.dense is not None)
+        self._set_flops(batch, loss_tokens, backward=True)
         self.train_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in out.items():
@@ -210,8 +209,15 @@ class PretrainingModule(L.LightningModule):
         self.log("train/loss_tokens_seen", float(self.loss_tokens_seen), batch_size=bs)
         return out["loss"]
 
+    def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
+        """FLOPs of this batch, read by the ThroughputMFU callback after each step."""
+        b, n = batch["input_ids"].shape
+        self.flops_per_batch = training_flops(self.config, b, n, loss_tokens,
+                                              head_transform=self.lm_head.dense is not None, backward=backward)
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         out = self(**batch)
+        self._set_flops(batch, int(out["lm_targets"].numel()), backward=False)
         self.val_loss.update(out["loss"], weight=out["lm_targets"].numel())
         self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
