@@ -18,9 +18,14 @@ SMALL = ["--data.seq_len", "64", "--trainer.limit_val_batches", "0", "--trainer.
 
 
 @pytest.mark.slow
-def test_ddp_and_fsdp2_match_single_process(tmp_path):
-    """Same global batch (16 = 1 x 16 = 2 x 8), same samples and masks: the same loss trajectory."""
-    gpt2 = str(ROOT / "configs" / "gpt2.yaml")
+@pytest.mark.parametrize("recipe,tolerance", [("gpt2", 2e-3), ("bert", 5e-3)])
+def test_ddp_and_fsdp2_match_single_process(recipe, tolerance, tmp_path):
+    """Same global batch (16 = 1 x 16 = 2 x 8), same samples and masks: the same loss trajectory.
+
+    GPT-2 gives every token loss, so per-rank means average to the global mean exactly; BERT's masked-token and NSP
+    means per rank differ from the global mean by a little, hence its looser tolerance.
+    """
+    config = str(ROOT / "configs" / f"{recipe}.yaml")
     runs = {
         "single": [],
         "ddp": ["--config", str(ROOT / "configs" / "strategy" / "ddp.yaml")],
@@ -28,16 +33,16 @@ def test_ddp_and_fsdp2_match_single_process(tmp_path):
     }
     losses = {}
     for name, extra in runs.items():
+        (tmp_path / name).mkdir()
         batch = "16" if name == "single" else "8"
-        res = run_cli(["fit", "--config", gpt2, *extra, *SMALL, "--data.batch_size", batch], cwd=tmp_path / name
-                      if (tmp_path / name).mkdir() is None else tmp_path)
+        res = run_cli(["fit", "--config", config, *extra, *SMALL, "--data.batch_size", batch], cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
         losses[name] = _train_losses(tmp_path / name / "runs")
     assert len(losses["single"]) == 8
     for name in ("ddp", "fsdp"):
         assert len(losses[name]) == 8
         diffs = [abs(a - b) for a, b in zip(losses["single"], losses[name])]
-        assert max(diffs) < 2e-3, (name, losses["single"], losses[name])
+        assert max(diffs) < tolerance, (name, losses["single"], losses[name])
 
 
 def _state(path):
