@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, row_keys
+from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, mask_whole_words, row_keys
 
 
 def sample_keys(seed: int, samples: list[dict[str, Any]], epoch_period: int | None = None) -> np.ndarray:
@@ -43,23 +43,33 @@ def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mas
 
 
 class MaskedLMCollator:
-    """BERT/RoBERTa dynamic masking (or static: ``dupe_factor`` fixed maskings cycled over epochs)."""
+    """BERT/RoBERTa dynamic masking (or static: ``dupe_factor`` fixed maskings cycled over epochs), of single tokens
+    or of whole words (BERT-wwm)."""
 
     objective = "masked_lm"
 
     def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
-                 seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False):
+                 seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False,
+                 whole_word_masking: bool = False):
         self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
         self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
         self.seed, self.static_masking, self.dupe_factor = seed, static_masking, dupe_factor
-        self.document_mask = document_mask
+        self.document_mask, self.whole_word_masking = document_mask, whole_word_masking
+        if whole_word_masking:
+            self.objective = "masked_lm_whole_word"
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         stacked = _stack(samples)
         ids = stacked["input_ids"]
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
         keys = sample_keys(self.seed, samples, self.dupe_factor if self.static_masking else None)
-        corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id, self.random_token_ids)
+        if self.whole_word_masking:
+            starts = np.stack([s["word_starts"] for s in samples])
+            corrupted, labels = mask_whole_words(ids, maskable, starts, keys, self.masking, self.mask_token_id,
+                                                 self.random_token_ids)
+        else:
+            corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id,
+                                            self.random_token_ids)
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
                 **_extras(samples, stacked, self.document_mask)}
 

@@ -43,6 +43,7 @@ class BlockDataset(Dataset):
             "document_ids": np.asarray(b.document_ids[index]),
             "segment_b_start": None if b.segment_b_start is None else int(b.segment_b_start[index]),
             "next_sentence_label": None if b.next_sentence_label is None else int(b.next_sentence_label[index]),
+            "word_starts": None if b.word_starts is None else np.asarray(b.word_starts[index]),
         }
 
 
@@ -189,6 +190,7 @@ class MaskedLMDataModule(TextDataModule):
         random_replace_prob: float = 0.1,
         static_masking: bool = False,
         dupe_factor: int = 10,
+        whole_word_masking: bool = False,
         **kwargs: Any,
     ) -> None:
         """
@@ -198,15 +200,17 @@ class MaskedLMDataModule(TextDataModule):
             random_replace_prob: Of the chosen, fraction replaced by a random token (the rest stay unchanged).
             static_masking: Fixed masks per sample (BERT's original pipeline) instead of dynamic masking (RoBERTa).
             dupe_factor: With static masking, the number of distinct maskings cycled over epochs.
+            whole_word_masking: Choose complete words (from the tokenizer's pre-tokenization), BERT-wwm.
         """
         super().__init__(*args, **kwargs)
         self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
         self.static_masking, self.dupe_factor = static_masking, dupe_factor
+        self.whole_word_masking = whole_word_masking
 
     def collator(self) -> MaskedLMCollator:
         tok = self.tokenizer
         return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
-                                self.static_masking, self.dupe_factor, self.document_mask)
+                                self.static_masking, self.dupe_factor, self.document_mask, self.whole_word_masking)
 
 
 class CausalLMDataModule(TextDataModule):

@@ -29,7 +29,7 @@ from plm_lightning.errors import ConfigError
 
 PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs"]
 PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -42,12 +42,14 @@ class PackedBlocks:
     """sentence_pairs: index of the first token of segment B ([CLS] A [SEP] | B [SEP])."""
     next_sentence_label: np.ndarray | None = None
     """sentence_pairs: 0 = B continues A, 1 = B is random (the Hugging Face convention)."""
+    word_starts: np.ndarray | None = None
+    """True where a token begins a word (special tokens and padding count as word starts)."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def save(self, directory: Path, split: str) -> None:
-        for name in ("input_ids", "document_ids", "segment_b_start", "next_sentence_label"):
+        for name in ("input_ids", "document_ids", "segment_b_start", "next_sentence_label", "word_starts"):
             value = getattr(self, name)
             if value is not None:
                 np.save(directory / f"{split}.{name}.npy", value)
@@ -58,19 +60,30 @@ class PackedBlocks:
             path = directory / f"{split}.{name}.npy"
             return np.load(path, mmap_mode="r") if path.exists() else None
 
-        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("next_sentence_label"))
+        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("next_sentence_label"),
+                   get("word_starts"))
 
 
 @dataclass
 class TokenizedDocument:
+    """Token ids per sentence. Until blocks are written, a token that continues a word is stored as ``~id``
+    (negative), so the packers below stay agnostic of word boundaries; :func:`_split_word_flags` decodes it."""
+
     sentences: list[list[int]]
+
+
+def _split_word_flags(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, word_starts)`` from tokens where continuations are stored as ``~id``."""
+    starts = tokens >= 0
+    return np.where(starts, tokens, ~tokens), starts
 
 
 def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool) -> list[TokenizedDocument]:
     """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them."""
     units = [split_sentences(d) if by_sentence else [d] for d in documents]
     flat = [s for u in units for s in u]
-    encoded = tokenizer.encode_batch(flat)
+    encoded = [[t if start else ~t for t, start in zip(ids, starts)]
+               for ids, starts in tokenizer.encode_batch_with_word_starts(flat)]
     out, pos = [], 0
     for u in units:
         sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
@@ -81,12 +94,13 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
 
 
 def _blocks_from_rows(rows: list[tuple[list[int], list[int]]], length: int, pad_id: int) -> PackedBlocks:
-    ids = np.full((len(rows), length), pad_id, dtype=np.int32)
+    tokens = np.full((len(rows), length), pad_id, dtype=np.int32)
     docs = np.full((len(rows), length), -1, dtype=np.int16)
-    for i, (tokens, doc_ids) in enumerate(rows):
-        ids[i, : len(tokens)] = tokens
+    for i, (row, doc_ids) in enumerate(rows):
+        tokens[i, : len(row)] = row
         docs[i, : len(doc_ids)] = doc_ids
-    return PackedBlocks(ids, docs)
+    ids, starts = _split_word_flags(tokens)
+    return PackedBlocks(ids, docs, word_starts=starts)
 
 
 def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> PackedBlocks:
@@ -97,10 +111,10 @@ def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> 
         tokens.extend(ids)
         doc_index.extend([i] * len(ids))
     n = len(tokens) // length
-    ids = np.asarray(tokens[: n * length], dtype=np.int32).reshape(n, length)
+    ids, starts = _split_word_flags(np.asarray(tokens[: n * length], dtype=np.int32).reshape(n, length))
     doc = np.asarray(doc_index[: n * length], dtype=np.int64).reshape(n, length)
     local = (doc - doc[:, :1]).astype(np.int16)  # renumber from 0 inside each block
-    return PackedBlocks(ids, local)
+    return PackedBlocks(ids, local, word_starts=starts)
 
 
 def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,

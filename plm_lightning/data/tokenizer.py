@@ -60,6 +60,15 @@ class TextTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
+    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[list[int], list[bool]]]:
+        """Ids and, per token, whether it starts a word of the tokenizer's pre-tokenization (``word_ids``): works
+        alike for WordPiece, byte-level BPE and Unigram, not only for ``##`` continuation markers."""
+        out = []
+        for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False):
+            words = e.word_ids
+            out.append((e.ids, [i == 0 or w is None or w != words[i - 1] for i, w in enumerate(words)]))
+        return out
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 

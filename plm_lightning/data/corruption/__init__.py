@@ -10,6 +10,7 @@ from plm_lightning.data.corruption.token_mask import (
     masking_budgets,
     replace_selected,
 )
+from plm_lightning.data.corruption.whole_word import mask_whole_words, select_whole_words, word_ids
 
 __all__ = ["IGNORE_INDEX", "MaskingConfig", "mask_tokens", "masking_budget", "masking_budgets", "replace_selected",
-           "row_keys", "uniforms"]
+           "mask_whole_words", "row_keys", "select_whole_words", "uniforms", "word_ids"]
