@@ -112,6 +112,15 @@ def _explain_parse_error(err: Exception) -> str:
         if valid:
             return f"unknown key '{key}'; valid keys under '{top}': {', '.join(valid)}"
         return f"unknown key '{key}'"
+    typed = re.search(r'Parser key "([\w.]+)": Expected a (.+?)\. Got value: (\S+)', text)
+    if typed:
+        key = f"{section.group(1)}.{typed.group(1)}" if section and section.group(1) != typed.group(1) else typed.group(1)
+        expected, got = typed.group(2), typed.group(3)
+        choices = re.fullmatch(r"typing\.Literal\[(.*)\]", expected)
+        if choices:
+            return f"{key}={got!r} is not one of {choices.group(1)}"
+        expected = re.sub(r"<class '([\w.]+)'>", r"\1", expected)
+        return f"{key}={got!r} is not a valid {expected}"
     return text
 
 

@@ -30,7 +30,22 @@ def _batches(datamodule: TextDataModule, n: int):  # noqa: ANN202
     bs = datamodule.batch_size
     for b in range(min(n, max(1, len(keys) // bs))):
         samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
-        yield np.stack([s["input_ids"] for s in samples]).astype(np.int64), loader.collate_fn(samples)
+        yield samples, loader.collate_fn(samples)
+
+
+def _span_words(batch: dict[str, Any], samples: list[dict[str, Any]]) -> list[int]:
+    """Words per span for corruptions that define spans (SpanBERT): the unit the papers report."""
+    from plm_lightning.data.corruption import word_ids
+
+    span_ids = batch["span_ids"].numpy()
+    starts = np.stack([s["word_starts"] for s in samples])
+    _, word_begins = word_ids(span_ids >= 0, starts)
+    counts: list[int] = []
+    for row in range(span_ids.shape[0]):
+        ids = span_ids[row][span_ids[row] >= 0]
+        if ids.size:
+            counts.extend(np.bincount(ids, weights=word_begins[row][span_ids[row] >= 0]).astype(int)[np.unique(ids)])
+    return counts
 
 
 def _runs(mask: np.ndarray) -> list[int]:
@@ -51,7 +66,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     tokens = loss_tokens = n_mask = n_random = n_same = 0
     spans: list[int] = []
     lengths: list[int] = []
-    for original, batch in _batches(datamodule, batches):
+    for samples, batch in _batches(datamodule, batches):
+        original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
         real = batch["attention_mask"].numpy().astype(bool)
         labels = batch["labels"].numpy()
         corrupted = batch["input_ids"].numpy()
@@ -64,7 +80,7 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
             n_mask += int((c == mask_id).sum())
             n_same += int((c == o).sum())
             n_random += int(((c != o) & (c != mask_id)).sum())
-            spans.extend(_runs(loss))
+            spans.extend(_span_words(batch, samples) if "span_ids" in batch else _runs(loss))
     chosen = n_mask + n_random + n_same
 
     def frac(x: int) -> float | None:
@@ -89,7 +105,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
 def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24) -> None:
     """One sample: original, corrupted input, targets, loss positions and a picture of the attention mask."""
     tok = datamodule.tokenizer
-    original, batch = next(_batches(datamodule, 1))
+    samples, batch = next(_batches(datamodule, 1))
+    original = np.stack([s["input_ids"] for s in samples])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
     real = int(batch["attention_mask"][0].sum())
     show = lambda seq: " ".join(tok.id_to_token(t) for t in seq[:real])  # noqa: E731

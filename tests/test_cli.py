@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "roberta", "gpt2"])
+@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "roberta", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -28,6 +29,11 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     assert len(losses) >= 6
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    with open(next((tmp_path / "runs").rglob("metrics.csv"))) as f:
+        val = [r for r in csv.DictReader(f) if r.get("val/perplexity")]
+    assert val, "validation ran"
+    for r in val:  # perplexity is exp of the LM cross-entropy alone, never of NSP or SBO added to it
+        assert abs(float(r["val/perplexity"]) - math.exp(float(r["val/lm_loss"]))) < 1e-3 * float(r["val/perplexity"])
     checkpoint = torch.load(ckpt, weights_only=True)
     assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM")
     assert checkpoint["global_step"] == 40
@@ -69,6 +75,9 @@ BAD_INPUTS = {
     "vocab too big": (["--model.vocab_size", "100"], ["model.vocab_size=100", "8192 tokens"]),
     "special token": (["--data.tokenizer", "{tmp}/tokenizer.json"], ["no cls/sep/mask token"]),
     "bad backbone key": (["--model.backbone_overrides", "{num_layer: 3}"], ["model.backbone", "num_layers"]),
+    "bad choice": (["--data.masking_scheme", "spans"], ["data.masking_scheme='spans'", "'whole_word'", "'span'"]),
+    "bad type": (["--data.seq_len", "abc"], ["data.seq_len='abc'", "int"]),
+    "span p": (["--data.span_geometric_p", "0"], ["data.span_geometric_p"]),
 }
 
 
@@ -123,6 +132,20 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05 and abs(stats["random_token_fraction"] - 0.1) < 0.04
     else:
         assert stats["loss_fraction"] > 0.98 and stats["mask_token_fraction"] is None
+
+
+@pytest.mark.slow
+def test_inspect_spanbert_matches_the_paper_at_512_tokens(tmp_path):
+    """Joshi et al. 2020: 15% of tokens in spans of mean length 3.8 words, at the paper's 512-token segments
+    (at the tiny recipe's 128 tokens the last span of each sequence, trimmed to the exact budget, pulls it to ~3.3)."""
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / "spanbert.yaml"), "--batches", "10", "--json",
+                   "--data.seq_len", "512", "--model.backbone_overrides", "{max_position_embeddings: 512}"],
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["corruption"] == "masked_lm_span"
+    assert abs(stats["loss_fraction"] - 0.15) < 0.01
+    assert abs(stats["mean_span_length"] - 3.8) < 0.3
 
 
 def test_inspect_human_view(tmp_path):

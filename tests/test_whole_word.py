@@ -59,7 +59,7 @@ def test_whole_words_within_budget_and_intact(batch, seed, p):
 
 def test_word_starts_recorded_at_packing_follow_the_tokenizer():
     dm = MaskedLMDataModule(seq_len=64, batch_size=4, packing="full_sentences", max_documents=60,
-                            whole_word_masking=True, tokenizer_vocab_size=600)  # small: words split into pieces
+                            masking_scheme="whole_word", tokenizer_vocab_size=600)  # small: words split into pieces
     dm.prepare_data()
     dm.setup("fit")
     blocks = dm.blocks["train"]
@@ -72,7 +72,7 @@ def test_word_starts_recorded_at_packing_follow_the_tokenizer():
 
 def test_word_starts_for_byte_level_bpe():
     dm = MaskedLMDataModule(seq_len=64, batch_size=4, packing="full_sentences", max_documents=60, tokenizer="bpe",
-                            tokenizer_vocab_size=600, whole_word_masking=True)
+                            tokenizer_vocab_size=600, masking_scheme="whole_word")
     dm.prepare_data()
     dm.setup("fit")
     blocks = dm.blocks["train"]

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, mask_whole_words, row_keys
+from plm_lightning.data.corruption.span_mask import SpanConfig, mask_spans, span_boundaries
+from plm_lightning.errors import ConfigError
 
 
 def sample_keys(seed: int, samples: list[dict[str, Any]], epoch_period: int | None = None) -> np.ndarray:
@@ -42,35 +44,47 @@ def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mas
     return out
 
 
-class MaskedLMCollator:
-    """BERT/RoBERTa dynamic masking (or static: ``dupe_factor`` fixed maskings cycled over epochs), of single tokens
-    or of whole words (BERT-wwm)."""
+MASKING_SCHEMES = ("token", "whole_word", "span")
 
-    objective = "masked_lm"
+
+class MaskedLMCollator:
+    """Masked-LM corruption, dynamic (or static: ``dupe_factor`` fixed maskings cycled over epochs), of single tokens
+    (BERT), whole words (BERT-wwm) or spans of whole words (SpanBERT; the batch then carries the span ids and the
+    boundary positions the Span Boundary Objective reads)."""
 
     def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
                  seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False,
-                 whole_word_masking: bool = False):
+                 masking_scheme: str = "token", spans: SpanConfig | None = None):
+        if masking_scheme not in MASKING_SCHEMES:
+            raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
         self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
         self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
         self.seed, self.static_masking, self.dupe_factor = seed, static_masking, dupe_factor
-        self.document_mask, self.whole_word_masking = document_mask, whole_word_masking
-        if whole_word_masking:
-            self.objective = "masked_lm_whole_word"
+        self.document_mask, self.masking_scheme = document_mask, masking_scheme
+        self.spans = spans or SpanConfig()
+        self.objective = "masked_lm" if masking_scheme == "token" else f"masked_lm_{masking_scheme}"
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         stacked = _stack(samples)
         ids = stacked["input_ids"]
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
         keys = sample_keys(self.seed, samples, self.dupe_factor if self.static_masking else None)
-        if self.whole_word_masking:
-            starts = np.stack([s["word_starts"] for s in samples])
-            corrupted, labels = mask_whole_words(ids, maskable, starts, keys, self.masking, self.mask_token_id,
-                                                 self.random_token_ids)
-        else:
+        extra: dict[str, torch.Tensor] = {}
+        if self.masking_scheme == "token":
             corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id,
                                             self.random_token_ids)
-        return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
+        else:
+            starts = np.stack([s["word_starts"] for s in samples])
+            if self.masking_scheme == "whole_word":
+                corrupted, labels = mask_whole_words(ids, maskable, starts, keys, self.masking, self.mask_token_id,
+                                                     self.random_token_ids)
+            else:
+                corrupted, labels, span_ids = mask_spans(ids, maskable, starts, keys, self.masking, self.spans,
+                                                         self.mask_token_id, self.random_token_ids)
+                left, right, offset = span_boundaries(span_ids)
+                extra = {"span_ids": torch.from_numpy(span_ids), "span_left": torch.from_numpy(left),
+                         "span_right": torch.from_numpy(right), "span_offset": torch.from_numpy(offset)}
+        return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels), **extra,
                 **_extras(samples, stacked, self.document_mask)}
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator
+from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
 from plm_lightning.data.corruption import MaskingConfig
+from plm_lightning.data.corruption.span_mask import SpanConfig
 from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, build_or_load
 from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
@@ -190,7 +191,9 @@ class MaskedLMDataModule(TextDataModule):
         random_replace_prob: float = 0.1,
         static_masking: bool = False,
         dupe_factor: int = 10,
-        whole_word_masking: bool = False,
+        masking_scheme: Literal["token", "whole_word", "span"] = "token",
+        span_geometric_p: float = 0.2,
+        max_span_length: int = 10,
         **kwargs: Any,
     ) -> None:
         """
@@ -200,17 +203,24 @@ class MaskedLMDataModule(TextDataModule):
             random_replace_prob: Of the chosen, fraction replaced by a random token (the rest stay unchanged).
             static_masking: Fixed masks per sample (BERT's original pipeline) instead of dynamic masking (RoBERTa).
             dupe_factor: With static masking, the number of distinct maskings cycled over epochs.
-            whole_word_masking: Choose complete words (from the tokenizer's pre-tokenization), BERT-wwm.
+            masking_scheme: token (BERT), whole_word (BERT-wwm: complete words, from the tokenizer's
+                pre-tokenization) or span (SpanBERT: spans of complete words).
+            span_geometric_p: SpanBERT span length (in words) ~ Geometric(p).
+            max_span_length: SpanBERT clips span lengths at this many words.
         """
         super().__init__(*args, **kwargs)
         self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
         self.static_masking, self.dupe_factor = static_masking, dupe_factor
-        self.whole_word_masking = whole_word_masking
+        if masking_scheme not in MASKING_SCHEMES:
+            raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
+        self.masking_scheme = masking_scheme
+        self.spans = SpanConfig(span_geometric_p, max_span_length)
 
     def collator(self) -> MaskedLMCollator:
         tok = self.tokenizer
         return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
-                                self.static_masking, self.dupe_factor, self.document_mask, self.whole_word_masking)
+                                self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
+                                self.spans)
 
 
 class CausalLMDataModule(TextDataModule):

@@ -6,7 +6,7 @@ from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import PRESETS, BackboneConfig, get_preset
 from plm_lightning.nn.embeddings import Embeddings
 from plm_lightning.nn.feedforward import FeedForward
-from plm_lightning.nn.heads import LMHead, Pooler, SentenceHead
+from plm_lightning.nn.heads import LMHead, Pooler, SentenceHead, SpanBoundaryHead
 from plm_lightning.nn.masks import (
     causal_mask,
     combine,
@@ -21,6 +21,7 @@ from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding, re
 __all__ = [
     "PRESETS", "BackboneConfig", "BackboneOutput", "Decoder", "Embeddings", "Encoder", "EncoderDecoder", "FeedForward",
     "LMHead", "MultiHeadAttention", "Pooler", "RMSNorm", "RelativePositionBias", "RotaryEmbedding", "SentenceHead",
+    "SpanBoundaryHead",
     "TransformerBlock", "TransformerStack", "causal_mask", "combine", "document_mask", "get_preset", "init_weights",
     "padding_mask", "prefix_lm_mask", "relative_position_bucket", "resolve_backend", "sinusoidal_table",
     "sliding_window_mask",

@@ -62,3 +62,28 @@ class SentenceHead(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.classifier(self.pooler(hidden))
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's Span Boundary Objective (Joshi et al. 2020, eqs. 1-2): predict token x_i of a masked span (s, e)
+    from the boundary states and the position inside the span only,
+
+        h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}],  h1 = LayerNorm(GeLU(W1 h0)),  y_i = LayerNorm(GeLU(W2 h1)),
+
+    then score y_i against the (tied) output embedding like the MLM head does.
+    """
+
+    def __init__(self, cfg: BackboneConfig, max_offset: int = 64) -> None:
+        super().__init__()
+        h, dim = cfg.hidden_size, cfg.embedding_size or cfg.hidden_size
+        self.max_offset = max_offset
+        self.position = nn.Embedding(max_offset, h)
+        self.mlp = nn.Sequential(nn.Linear(3 * h, h), nn.GELU(), nn.LayerNorm(h, eps=cfg.norm_eps),
+                                 nn.Linear(h, dim), nn.GELU(), nn.LayerNorm(dim, eps=cfg.norm_eps))
+
+    def forward(self, hidden: Tensor, positions: Tensor, left: Tensor, right: Tensor, offset: Tensor) -> Tensor:
+        """``y_i`` for every ``positions`` (boolean ``[B, L]``) given per-position boundary indices and offsets."""
+        rows = positions.nonzero(as_tuple=True)[0]
+        h0 = torch.cat([hidden[rows, left[positions]], hidden[rows, right[positions]],
+                        self.position(offset[positions].clamp(max=self.max_offset - 1))], dim=-1)
+        return self.mlp(h0)

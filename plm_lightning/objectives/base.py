@@ -94,7 +94,7 @@ class PretrainingModule(L.LightningModule):
         self.tie_weights()
         self.train_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
         self.val_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
-        self.val_loss = MeanMetric()
+        self.val_lm_loss = MeanMetric()
         self.built = True
 
     def _init_from_checkpoint(self, path: str) -> None:
@@ -178,7 +178,8 @@ class PretrainingModule(L.LightningModule):
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Return at least ``loss``, ``lm_logits`` and ``lm_targets`` (at loss positions only)."""
+        """Return at least ``loss`` (the total), ``lm_loss`` (the token cross-entropy perplexity is reported from),
+        ``lm_logits`` and ``lm_targets`` (at loss positions only); auxiliary losses as ``<name>_loss``."""
         raise NotImplementedError
 
     def lm_loss(self, hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -202,7 +203,7 @@ class PretrainingModule(L.LightningModule):
         self.train_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in out.items():
-            if name.endswith("loss"):
+            if name.endswith("loss") and name != "lm_loss":
                 self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
         self.log("train/accuracy", self.train_accuracy, batch_size=bs)
         self.log("train/tokens_seen", float(self.tokens_seen), batch_size=bs)
@@ -218,19 +219,21 @@ class PretrainingModule(L.LightningModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         out = self(**batch)
         self._set_flops(batch, int(out["lm_targets"].numel()), backward=False)
-        self.val_loss.update(out["loss"], weight=out["lm_targets"].numel())
+        self.val_lm_loss.update(out["lm_loss"], weight=out["lm_targets"].numel())
         self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in out.items():
-            if name.endswith("loss") and name != "loss":
-                self.log(f"val/{name}", value, batch_size=bs, sync_dist=True)
+            if name.endswith("loss") and name != "lm_loss":
+                self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
         self.log("val/accuracy", self.val_accuracy, batch_size=bs)
 
     def on_validation_epoch_end(self) -> None:
-        loss = self.val_loss.compute()
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
-        self.log("val/perplexity", torch.exp(loss.clamp(max=50)), sync_dist=True)
-        self.val_loss.reset()
+        """Token-weighted LM cross-entropy over the whole validation set, and its perplexity (auxiliary losses such
+        as NSP or SBO are logged separately and never enter the perplexity)."""
+        lm_loss = self.val_lm_loss.compute()
+        self.log("val/lm_loss", lm_loss, sync_dist=True)
+        self.log("val/perplexity", torch.exp(lm_loss.clamp(max=50)), sync_dist=True)
+        self.val_lm_loss.reset()
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)

@@ -29,4 +29,4 @@ class CausalLM(PretrainingModule):
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         hidden = self.backbone(batch["input_ids"], batch.get("attention_mask"), mask=extra).last_hidden_state
         loss, logits, targets = self.lm_loss(hidden, batch["labels"])
-        return {"loss": loss, "lm_logits": logits, "lm_targets": targets}
+        return {"loss": loss, "lm_loss": loss, "lm_logits": logits, "lm_targets": targets}

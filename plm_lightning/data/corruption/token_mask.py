@@ -57,17 +57,21 @@ def replace_selected(
     cfg: MaskingConfig,
     mask_token_id: int,
     random_token_ids: np.ndarray,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Apply the [MASK] / random / unchanged replacement to the ``selected`` positions (boolean, ``[B, L]``).
 
     Returns ``(corrupted, labels)`` with labels = original ids at selected positions and -100 elsewhere. Shared by
     every scheme that chooses positions differently (tokens, whole words, spans, entities). Draws come from
-    streams 1 and 2 of the rows' counter-based keys.
+    streams 1 and 2 of the rows' counter-based keys. With ``groups`` (a non-negative group id per selected position,
+    e.g. SpanBERT's span index) the replacement kind is decided once per group instead of once per token.
     """
     length = input_ids.shape[-1]
     corrupted = input_ids.copy()
     labels = np.where(selected, input_ids, IGNORE_INDEX)
     kind = uniforms(keys, length, stream=1)
+    if groups is not None:  # every token of a group takes the draw at the group's index
+        kind = np.take_along_axis(kind, np.clip(groups, 0, length - 1), axis=1)
     to_mask = selected & (kind < cfg.mask_replace_prob)
     to_random = selected & (kind >= cfg.mask_replace_prob) & (kind < cfg.mask_replace_prob + cfg.random_replace_prob)
     corrupted[to_mask] = mask_token_id
