@@ -117,8 +117,9 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24)
     out.write(f"targets (position:token):\n  {targets}\n\n")
     loss_line = "".join("^" if t != IGNORE_INDEX else "." for t in labels[:real])
     out.write(f"loss positions ({sum(t != IGNORE_INDEX for t in labels)} of {real} tokens):\n  {loss_line}\n\n")
-    if "next_sentence_label" in batch:
-        out.write(f"next sentence label: {int(batch['next_sentence_label'][0])} (0 = real continuation, 1 = random)\n\n")
+    if "sentence_label" in batch:
+        meaning = "0 = in order, 1 = swapped" if datamodule.packing == "sentence_order" else "0 = continuation, 1 = random"
+        out.write(f"sentence label: {int(batch['sentence_label'][0])} ({meaning})\n\n")
     n = min(width, ids.__len__())
     mask = combine(padding_mask(batch["attention_mask"][:1, :n]),
                    document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None,

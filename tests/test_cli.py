@@ -21,7 +21,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "roberta", "gpt2"])
+@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -42,7 +42,7 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
 def test_print_config_shows_resolved_recipe(tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--print_config"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "plm_lightning.objectives.MaskedLM" in res.stdout and "next_sentence_prediction: true" in res.stdout
+    assert "plm_lightning.objectives.MaskedLM" in res.stdout and "sentence_prediction: nsp" in res.stdout
 
 
 def _one_line_error(res, *needles):
@@ -78,6 +78,7 @@ BAD_INPUTS = {
     "bad choice": (["--data.masking_scheme", "spans"], ["data.masking_scheme='spans'", "'whole_word'", "'span'"]),
     "bad type": (["--data.seq_len", "abc"], ["data.seq_len='abc'", "int"]),
     "span p": (["--data.span_geometric_p", "0"], ["data.span_geometric_p"]),
+    "nsp on sop pairs": (["--data.packing", "sentence_order"], ["model.sentence_prediction=nsp", "sentence_pairs"]),
 }
 
 

@@ -69,7 +69,7 @@ def test_sentence_pairs_follow_bert():
     docs = _docs(rng, 40)
     blocks = pack_sentence_pairs(docs, 64, CLS, SEP, PAD, np.random.default_rng(0))
     assert len(blocks) > 20
-    labels = blocks.next_sentence_label
+    labels = blocks.sentence_label
     assert 0.25 < labels.mean() < 0.75  # about half the B segments are random
     for ids, b, doc in zip(blocks.input_ids, blocks.segment_b_start, blocks.document_ids):
         n = int((doc >= 0).sum())
@@ -122,7 +122,7 @@ def test_masked_lm_datamodule_batches():
     dm.prepare_data()
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
-    assert set(batch) >= {"input_ids", "labels", "attention_mask", "token_type_ids", "next_sentence_label"}
+    assert set(batch) >= {"input_ids", "labels", "attention_mask", "token_type_ids", "sentence_label"}
     assert batch["input_ids"].shape == (4, 64)
     # labels only where corruption happened or was chosen, and never on [CLS]/[SEP]/[PAD]
     special = set(dm.tokenizer.ids.values())
@@ -165,3 +165,22 @@ def test_datamodule_trains_on_saved_hf_dataset(tmp_path):
     dm.setup("fit")
     assert dm.tokenizer.vocab_size == 2000 and len(dm.blocks["train"]) > 10
     assert next(iter(dm.train_dataloader()))["input_ids"].shape == (4, 64)
+
+
+def test_sentence_order_pairs_are_consecutive_and_swapped_when_labelled():
+    # sentence k of document d is the token 10 + 100 d + k, repeated: segments reveal where they came from
+    rng = np.random.default_rng(3)
+    docs = [TokenizedDocument([[10 + 100 * d + k] * int(rng.integers(2, 6)) for k in range(int(rng.integers(2, 12)))])
+            for d in range(40)]
+    blocks = pack_sentence_pairs(docs, 24, CLS, SEP, PAD, np.random.default_rng(0), negatives="swap")
+    assert len(blocks) > 40
+    labels = blocks.sentence_label
+    assert 0.2 < labels.mean() < 0.8
+    for ids, b, doc, label in zip(blocks.input_ids, blocks.segment_b_start, blocks.document_ids, labels):
+        n = int((doc >= 0).sum())
+        a_ids, b_ids = set(ids[1:b - 1].tolist()), set(ids[b:n - 1].tolist())
+        assert len({t // 100 for t in a_ids | b_ids}) == 1  # one document, never a random one
+        if label == 0:
+            assert max(a_ids) < min(b_ids)  # in order
+        else:
+            assert min(a_ids) > max(b_ids)  # swapped

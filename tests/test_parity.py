@@ -56,7 +56,7 @@ def _ours_logits(module, ids, mask, types):
             hidden = module.backbone(ids).last_hidden_state
             return module.lm_head(hidden), None
         hidden = module.encode({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-        nsp = module.nsp_head(hidden) if module.nsp_head is not None else None
+        nsp = module.sentence_head(hidden) if module.sentence_head is not None else None
         return module.lm_head(hidden), nsp
 
 
@@ -116,7 +116,7 @@ def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
     if kind == "gpt2":
         module = CausalLM(backbone="tiny-gpt", vocab_size=101)
     elif kind == "bert":
-        module = MaskedLM(backbone="tiny", vocab_size=101, next_sentence_prediction=True)
+        module = MaskedLM(backbone="tiny", vocab_size=101, sentence_prediction="nsp")
     else:
         module = MaskedLM(backbone="tiny", vocab_size=101, backbone_overrides={"type_vocab_size": 1, "pad_token_id": 1})
     module.eval()

@@ -2,7 +2,7 @@
 
 Every collator returns ``input_ids``, ``attention_mask`` and ``labels`` where ``labels[b, i]`` is the token the
 model must predict *from position i* (-100 where there is no loss). Extras: ``token_type_ids``,
-``next_sentence_label``, ``document_ids`` (for block-diagonal attention over packed documents).
+``sentence_label`` (NSP or SOP), ``document_ids`` (for block-diagonal attention over packed documents).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mas
         starts = np.array([s["segment_b_start"] for s in samples])[:, None]
         positions = np.arange(stacked["input_ids"].shape[1])[None]
         out["token_type_ids"] = torch.from_numpy(((positions >= starts) & stacked["attention_mask"]).astype(np.int64))
-        out["next_sentence_label"] = torch.tensor([int(s["next_sentence_label"]) for s in samples])
+        out["sentence_label"] = torch.tensor([int(s["sentence_label"]) for s in samples])
     if document_mask:
         out["document_ids"] = torch.from_numpy(stacked["document_ids"])
     return out

@@ -43,7 +43,7 @@ class BlockDataset(Dataset):
             "input_ids": np.asarray(b.input_ids[index]),
             "document_ids": np.asarray(b.document_ids[index]),
             "segment_b_start": None if b.segment_b_start is None else int(b.segment_b_start[index]),
-            "next_sentence_label": None if b.next_sentence_label is None else int(b.next_sentence_label[index]),
+            "sentence_label": None if b.sentence_label is None else int(b.sentence_label[index]),
             "word_starts": None if b.word_starts is None else np.asarray(b.word_starts[index]),
         }
 
@@ -78,7 +78,7 @@ class TextDataModule(L.LightningDataModule):
             tokenizer: A kind to train on the corpus (wordpiece, bpe, gpt2) or a tokenizer.json / HF directory.
             tokenizer_vocab_size: Vocabulary size when training a tokenizer.
             seq_len: Tokens per block.
-            packing: contiguous | full_sentences | doc_sentences | sentence_pairs.
+            packing: contiguous | full_sentences | doc_sentences | sentence_pairs (NSP) | sentence_order (SOP).
             batch_size: Blocks per batch on each device.
             num_workers: DataLoader worker processes.
             val_fraction: Fraction of documents held out for validation.

@@ -8,6 +8,8 @@ Packing modes:
 * ``doc_sentences`` - RoBERTa DOC-SENTENCES: the same, but a block never crosses a document boundary.
 * ``sentence_pairs`` - BERT NSP pairs (Devlin et al. 2019, sec. 3.1 "Task #2" and create_pretraining_data):
   segment B is the real continuation half the time, else a segment from another document.
+* ``sentence_order`` - ALBERT SOP pairs (Lan et al. 2020, sec. 3.1 "Inter-sentence coherence loss"): two
+  consecutive segments of one document, in order half the time and swapped otherwise.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from plm_lightning.data.sources import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
-PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs"]
-PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs")
-FORMAT_VERSION = 2
+PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order"]
+PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order")
+FORMAT_VERSION = 3
 
 
 @dataclass
@@ -39,9 +41,9 @@ class PackedBlocks:
     input_ids: np.ndarray
     document_ids: np.ndarray
     segment_b_start: np.ndarray | None = None
-    """sentence_pairs: index of the first token of segment B ([CLS] A [SEP] | B [SEP])."""
-    next_sentence_label: np.ndarray | None = None
-    """sentence_pairs: 0 = B continues A, 1 = B is random (the Hugging Face convention)."""
+    """Pair modes: index of the first token of segment B ([CLS] A [SEP] | B [SEP])."""
+    sentence_label: np.ndarray | None = None
+    """Pair modes, Hugging Face conventions: NSP 0 = B continues A, 1 = B is random; SOP 0 = in order, 1 = swapped."""
     word_starts: np.ndarray | None = None
     """True where a token begins a word (special tokens and padding count as word starts)."""
 
@@ -49,7 +51,7 @@ class PackedBlocks:
         return self.input_ids.shape[0]
 
     def save(self, directory: Path, split: str) -> None:
-        for name in ("input_ids", "document_ids", "segment_b_start", "next_sentence_label", "word_starts"):
+        for name in ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts"):
             value = getattr(self, name)
             if value is not None:
                 np.save(directory / f"{split}.{name}.npy", value)
@@ -60,7 +62,7 @@ class PackedBlocks:
             path = directory / f"{split}.{name}.npy"
             return np.load(path, mmap_mode="r") if path.exists() else None
 
-        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("next_sentence_label"),
+        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("sentence_label"),
                    get("word_starts"))
 
 
@@ -162,8 +164,13 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
 
 
 def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
-                        rng: np.random.Generator, short_seq_prob: float = 0.1) -> PackedBlocks:
-    """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the NSP label."""
+                        rng: np.random.Generator, short_seq_prob: float = 0.1,
+                        negatives: Literal["random_document", "swap"] = "random_document") -> PackedBlocks:
+    """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the pair label.
+
+    ``negatives``: ``random_document`` (NSP: B taken from another document) or ``swap`` (SOP, ALBERT's
+    create_pretraining_data: A and B are always consecutive, and exchanged for a negative).
+    """
     max_tokens = length - 3
     rows, b_starts, labels = [], [], []
     for di, doc in enumerate(docs):
@@ -179,7 +186,7 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                 a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
                 a = [t for s in chunk[:a_end] for t in s]
                 b: list[int] = []
-                is_random = len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
+                is_random = negatives == "random_document" and len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
                 if is_random:
                     other = di
                     for _ in range(10):
@@ -196,14 +203,17 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                     b = [t for s in chunk[a_end:] for t in s]
                 if a and b:
                     _truncate_pair(a, b, max_tokens, rng)
+                    label = int(is_random)
+                    if negatives == "swap" and rng.random() < 0.5:
+                        a, b, label = b, a, 1
                     rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
                     b_starts.append(len(a) + 2)
-                    labels.append(int(is_random))
+                    labels.append(label)
                 chunk, chunk_len = [], 0
             i += 1
     blocks = _blocks_from_rows(rows, length, pad_id)
     blocks.segment_b_start = np.asarray(b_starts, dtype=np.int32)
-    blocks.next_sentence_label = np.asarray(labels, dtype=np.int8)
+    blocks.sentence_label = np.asarray(labels, dtype=np.int8)
     return blocks
 
 
@@ -220,8 +230,9 @@ def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextT
         return pack_contiguous(docs, length, ids["eos"])
     if mode in ("full_sentences", "doc_sentences"):
         return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
-    if mode == "sentence_pairs":
-        return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed))
+    if mode in ("sentence_pairs", "sentence_order"):
+        return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed),
+                                   negatives="random_document" if mode == "sentence_pairs" else "swap")
     raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")
 
 

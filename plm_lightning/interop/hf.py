@@ -45,7 +45,8 @@ def _encoder_pairs(cfg: BackboneConfig, family: str, nsp: bool) -> list[tuple[st
                   ("lm_head.bias", "cls.predictions.bias"), ("lm_head.bias", "cls.predictions.decoder.bias"),
                   ("lm_head.weight", "cls.predictions.decoder.weight")]
         if nsp:
-            pairs += [*_wb("nsp_head.pooler.dense", "bert.pooler.dense"), *_wb("nsp_head.classifier", "cls.seq_relationship")]
+            pairs += [*_wb("sentence_head.pooler.dense", "bert.pooler.dense"),
+                      *_wb("sentence_head.classifier", "cls.seq_relationship")]
     else:
         pairs += [*_wb("lm_head.dense", "lm_head.dense"), *_wb("lm_head.norm", "lm_head.layer_norm"),
                   ("lm_head.bias", "lm_head.bias"), ("lm_head.bias", "lm_head.decoder.bias"),
@@ -67,7 +68,8 @@ def _is_conv1d(hf_key: str) -> bool:
     return hf_key.endswith(".weight") and any(s in hf_key for s in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
 
 
-def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tokenizer_kind: str | None) -> str:
+def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tokenizer_kind: str | None,
+              sentence_prediction: str = "none") -> str:
     """Which transformers architecture a checkpoint of ours exports to, or a ConfigError saying why none fits."""
     if objective == "CausalLM":
         wanted = dict(norm_position="pre", norm="layernorm", activation="gelu_new", position_embedding="learned",
@@ -85,7 +87,10 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         bad.append("activation")
     if bad:
         raise ConfigError(f"export: this MaskedLM differs from BERT/RoBERTa in {bad}; no transformers class holds it")
-    if "nsp_head.classifier.weight" in state:
+    if sentence_prediction == "sop":
+        raise ConfigError("export: ALBERT's SOP head (AlbertForPreTraining) is not wired yet; export covers BERT, "
+                          "RoBERTa and GPT-2")
+    if sentence_prediction == "nsp":
         return "bert-nsp"
     return "roberta" if tokenizer_kind == "bpe" or cfg.type_vocab_size == 1 else "bert"
 

@@ -54,7 +54,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path) -> str:
     cfg = BackboneConfig(**meta["backbone"])
     state = ckpt["state_dict"]
     tokenizer = _tokenizer_from_meta(meta)
-    family = family_of(state, cfg, meta["objective"], tokenizer.kind if tokenizer else None)
+    sentence = ckpt.get("hyper_parameters", {}).get("sentence_prediction", "none")
+    family = family_of(state, cfg, meta["objective"], tokenizer.kind if tokenizer else None, sentence)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = to_hf(state, cfg, family)
@@ -92,7 +93,7 @@ def import_hf(hf_dir: str | Path, out_ckpt: str | Path) -> dict[str, Any]:
     cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM}[objective]
     hparams: dict[str, Any] = {"backbone": "bert-base", "backbone_overrides": cfg.to_dict()}
     if objective == "MaskedLM":
-        hparams["next_sentence_prediction"] = family == "bert-nsp"
+        hparams["sentence_prediction"] = "nsp" if family == "bert-nsp" else "none"
     module = cls(**hparams, vocab_size=cfg.vocab_size)
     missing, unexpected = module.load_state_dict(ours, strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]  # tied to the token embedding

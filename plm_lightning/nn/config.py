@@ -122,6 +122,14 @@ PRESETS: dict[str, BackboneConfig] = {
     "roberta-large": _bert(vocab_size=50265, max_position_embeddings=514, position_offset=2, type_vocab_size=1,
                            norm_eps=1e-5, pad_token_id=1, hidden_size=1024, num_layers=24, num_heads=16,
                            intermediate_size=4096),
+    # Lan et al. 2020, Table 1: factorized embeddings E = 128, all layers shared, no dropout (sec. 4.9), gelu_new
+    "tiny-albert": _bert(hidden_size=64, num_layers=4, num_heads=2, intermediate_size=256, max_position_embeddings=256,
+                         vocab_size=4096, embedding_size=32, share_layers=True, dropout=0.0, attention_dropout=0.0,
+                         activation="gelu_new"),
+    "albert-base": _bert(vocab_size=30000, embedding_size=128, share_layers=True, dropout=0.0, attention_dropout=0.0,
+                         activation="gelu_new"),
+    "albert-large": _bert(vocab_size=30000, embedding_size=128, share_layers=True, dropout=0.0, attention_dropout=0.0,
+                          activation="gelu_new", hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
