@@ -73,3 +73,33 @@ def test_span_boundary_head_reads_only_the_boundaries():
     touched = hidden.grad[0].abs().sum(-1) > 0
     assert touched.tolist() == [False, False, True, False, False, False, True, False, False, False]
     assert not torch.allclose(y[0], y[1])  # the position embedding tells span tokens apart
+
+
+def test_ngram_distribution_is_albert_s():
+    from plm_lightning.data.corruption.span_mask import ngram_distribution
+
+    assert np.allclose(ngram_distribution(3), np.array([6, 3, 2]) / 11)  # (1/n) / (1 + 1/2 + 1/3)
+
+
+@given(batch=batches(), seed=st.integers(0, 2**63 - 1), p=st.floats(0.05, 0.6), max_ngram=st.integers(1, 4))
+@settings(max_examples=150, deadline=None)
+def test_ngrams_are_whole_words_within_budget(batch, seed, p, max_ngram):
+    from plm_lightning.data.corruption.span_mask import mask_ngrams, ngram_distribution, sample_spans
+
+    ids, starts = batch
+    maskable = ~np.isin(ids, SPECIAL)
+    keys = row_keys(seed, 0, np.arange(len(ids)))
+    corrupted, labels = mask_ngrams(ids, maskable, starts, keys, MaskingConfig(p), max_ngram, MASK_ID, RANDOM_IDS)
+    grams = sample_spans(maskable, starts, keys, p, ngram_distribution(max_ngram))
+    chosen = labels != IGNORE_INDEX
+    assert np.array_equal(chosen, grams >= 0)  # the n-grams are exactly the loss positions
+    assert (chosen.sum(1) <= masking_budgets(maskable.sum(1), p)).all()
+    assert np.array_equal(corrupted[~chosen], ids[~chosen]) and not chosen[~maskable].any()
+    words, word_begins = word_ids(maskable, starts)
+    for r in range(len(ids)):
+        for w in range(int(words[r].max()) + 1):
+            assert len(set(grams[r][words[r] == w].tolist())) == 1
+        for g in np.unique(grams[r][grams[r] >= 0]):
+            where = np.flatnonzero(grams[r] == g)
+            assert np.array_equal(where, np.arange(where[0], where[-1] + 1))
+            assert 1 <= word_begins[r][where].sum() <= max_ngram

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, mask_whole_words, row_keys
-from plm_lightning.data.corruption.span_mask import SpanConfig, mask_spans, span_boundaries
+from plm_lightning.data.corruption.span_mask import SpanConfig, mask_ngrams, mask_spans, span_boundaries
 from plm_lightning.errors import ConfigError
 
 
@@ -44,24 +44,24 @@ def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mas
     return out
 
 
-MASKING_SCHEMES = ("token", "whole_word", "span")
+MASKING_SCHEMES = ("token", "whole_word", "ngram", "span")
 
 
 class MaskedLMCollator:
     """Masked-LM corruption, dynamic (or static: ``dupe_factor`` fixed maskings cycled over epochs), of single tokens
-    (BERT), whole words (BERT-wwm) or spans of whole words (SpanBERT; the batch then carries the span ids and the
-    boundary positions the Span Boundary Objective reads)."""
+    (BERT), whole words (BERT-wwm), n-grams of whole words (ALBERT) or spans of whole words (SpanBERT; the batch then
+    carries the span ids and the boundary positions the Span Boundary Objective reads)."""
 
     def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
                  seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False,
-                 masking_scheme: str = "token", spans: SpanConfig | None = None):
+                 masking_scheme: str = "token", spans: SpanConfig | None = None, max_ngram: int = 3):
         if masking_scheme not in MASKING_SCHEMES:
             raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
         self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
         self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
         self.seed, self.static_masking, self.dupe_factor = seed, static_masking, dupe_factor
         self.document_mask, self.masking_scheme = document_mask, masking_scheme
-        self.spans = spans or SpanConfig()
+        self.spans, self.max_ngram = spans or SpanConfig(), max_ngram
         self.objective = "masked_lm" if masking_scheme == "token" else f"masked_lm_{masking_scheme}"
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -78,6 +78,9 @@ class MaskedLMCollator:
             if self.masking_scheme == "whole_word":
                 corrupted, labels = mask_whole_words(ids, maskable, starts, keys, self.masking, self.mask_token_id,
                                                      self.random_token_ids)
+            elif self.masking_scheme == "ngram":
+                corrupted, labels = mask_ngrams(ids, maskable, starts, keys, self.masking, self.max_ngram,
+                                                self.mask_token_id, self.random_token_ids)
             else:
                 corrupted, labels, span_ids = mask_spans(ids, maskable, starts, keys, self.masking, self.spans,
                                                          self.mask_token_id, self.random_token_ids)

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
 from plm_lightning.data.corruption import MaskingConfig
-from plm_lightning.data.corruption.span_mask import SpanConfig
+from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, build_or_load
 from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
@@ -191,9 +191,10 @@ class MaskedLMDataModule(TextDataModule):
         random_replace_prob: float = 0.1,
         static_masking: bool = False,
         dupe_factor: int = 10,
-        masking_scheme: Literal["token", "whole_word", "span"] = "token",
+        masking_scheme: Literal["token", "whole_word", "ngram", "span"] = "token",
         span_geometric_p: float = 0.2,
         max_span_length: int = 10,
+        max_ngram: int = 3,
         **kwargs: Any,
     ) -> None:
         """
@@ -204,9 +205,10 @@ class MaskedLMDataModule(TextDataModule):
             static_masking: Fixed masks per sample (BERT's original pipeline) instead of dynamic masking (RoBERTa).
             dupe_factor: With static masking, the number of distinct maskings cycled over epochs.
             masking_scheme: token (BERT), whole_word (BERT-wwm: complete words, from the tokenizer's
-                pre-tokenization) or span (SpanBERT: spans of complete words).
+                pre-tokenization), ngram (ALBERT: n-grams of complete words, P(n) ~ 1/n) or span (SpanBERT).
             span_geometric_p: SpanBERT span length (in words) ~ Geometric(p).
             max_span_length: SpanBERT clips span lengths at this many words.
+            max_ngram: ALBERT n-gram masking: longest n-gram, in words.
         """
         super().__init__(*args, **kwargs)
         self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
@@ -215,12 +217,14 @@ class MaskedLMDataModule(TextDataModule):
             raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
         self.masking_scheme = masking_scheme
         self.spans = SpanConfig(span_geometric_p, max_span_length)
+        ngram_distribution(max_ngram)  # validates max_ngram
+        self.max_ngram = max_ngram
 
     def collator(self) -> MaskedLMCollator:
         tok = self.tokenizer
         return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
                                 self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
-                                self.spans)
+                                self.spans, self.max_ngram)
 
 
 class CausalLMDataModule(TextDataModule):

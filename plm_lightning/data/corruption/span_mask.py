@@ -39,13 +39,25 @@ class SpanConfig:
             raise ConfigError(f"data.max_span_length={self.max_span_length} must be >= 1")
 
 
+def ngram_distribution(max_ngram: int) -> np.ndarray:
+    """ALBERT's n-gram masking (Lan et al. 2020, sec. 4.1): P(n) = (1/n) / sum_k (1/k) for n = 1..max_ngram."""
+    if max_ngram < 1:
+        raise ConfigError(f"data.max_ngram={max_ngram} must be >= 1")
+    weights = 1.0 / np.arange(1, max_ngram + 1)
+    return weights / weights.sum()
+
+
 def sample_spans(maskable: np.ndarray, word_starts: np.ndarray, keys: ArrayLike, mask_prob: float,
-                 spans: SpanConfig) -> np.ndarray:
-    """``[B, L]`` span index per position (-1 outside spans); spans are numbered from 0 within each row."""
+                 length_probabilities: np.ndarray) -> np.ndarray:
+    """``[B, L]`` span index per position (-1 outside spans); spans are numbered from 0 within each row.
+
+    ``length_probabilities[k]`` is P(span of k + 1 words): SpanBERT's truncated geometric
+    (:meth:`SpanConfig.length_distribution`) or ALBERT's 1/n law (:func:`ngram_distribution`).
+    """
     words, starts = word_ids(maskable, word_starts)
     budgets = masking_budgets(maskable.sum(1), mask_prob)
     span_of = np.full(maskable.shape, -1, dtype=np.int64)
-    probabilities = spans.length_distribution()
+    probabilities = length_probabilities
     for row, key in enumerate(np.atleast_1d(np.asarray(keys, dtype=np.uint64))):
         n_words = int(starts[row].sum())
         if n_words == 0:
@@ -86,10 +98,27 @@ def mask_spans(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """SpanBERT corruption of a batch: ``(corrupted, labels, span_ids)``; the replacement kind is drawn per span."""
     keys = np.atleast_1d(np.asarray(keys, dtype=np.uint64))
-    span_ids = sample_spans(maskable, word_starts, keys, cfg.mask_prob, spans)
+    span_ids = sample_spans(maskable, word_starts, keys, cfg.mask_prob, spans.length_distribution())
     corrupted, labels = replace_selected(input_ids, span_ids >= 0, keys, cfg, mask_token_id, random_token_ids,
                                          groups=span_ids)
     return corrupted, labels, span_ids
+
+
+def mask_ngrams(
+    input_ids: np.ndarray,
+    maskable: np.ndarray,
+    word_starts: np.ndarray,
+    keys: ArrayLike,
+    cfg: MaskingConfig,
+    max_ngram: int,
+    mask_token_id: int,
+    random_token_ids: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """ALBERT n-gram masking of a batch: n-grams of complete words, n ~ 1/n over 1..``max_ngram``, the 80/10/10
+    replacement per token as in ALBERT's create_pretraining_data."""
+    keys = np.atleast_1d(np.asarray(keys, dtype=np.uint64))
+    span_ids = sample_spans(maskable, word_starts, keys, cfg.mask_prob, ngram_distribution(max_ngram))
+    return replace_selected(input_ids, span_ids >= 0, keys, cfg, mask_token_id, random_token_ids)
 
 
 def span_boundaries(span_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
