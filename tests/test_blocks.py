@@ -120,7 +120,7 @@ def test_sparse_lm_head_equals_dense_at_positions():
 
 
 def test_albert_factorization_and_sharing():
-    cfg = get_preset("tiny").replace(embedding_size=16, share_layers=True, num_layers=4)
+    cfg = get_preset("tiny").replace(embedding_size=16, layer_sharing="all", num_layers=4)
     enc = Encoder(cfg)
     init_weights(enc, cfg)
     assert len(enc.layers) == 1 and len(enc.blocks()) == 4
@@ -180,3 +180,26 @@ def test_flops_count_matches_six_n_rule():
     attention = 6 * 2 * cfg.num_layers * 1024 * cfg.hidden_size
     assert per_token == six_n + attention
     assert training_flops(cfg, 1, 1024, 1024, head_transform=False, backward=False) * 3 == full
+
+
+@pytest.mark.parametrize("sharing", ["none", "all", "attention", "ffn"])
+def test_layer_sharing_parameter_counts(sharing):
+    """ALBERT Table 4: sharing removes (L - 1) copies of the shared sub-layer, and nothing else."""
+    cfg = get_preset("tiny").replace(num_layers=4, layer_sharing=sharing)
+    enc = Encoder(cfg)
+    block = Encoder(cfg.replace(num_layers=1, layer_sharing="none")).layers[0]
+    attn = sum(p.numel() for p in block.self_attn.parameters())
+    ffn = sum(p.numel() for p in block.ffn.parameters())
+    whole = sum(p.numel() for p in block.parameters())
+    per_block = {"none": 4 * whole, "all": whole, "attention": 4 * whole - 3 * attn, "ffn": 4 * whole - 3 * ffn}
+    emb = sum(p.numel() for p in enc.embeddings.parameters())
+    assert sum(p.numel() for p in enc.parameters()) == emb + per_block[sharing]
+    assert len(enc.blocks()) == 4
+    out = enc(torch.randint(0, 100, (2, 8)))
+    assert torch.isfinite(out.last_hidden_state).all()
+    if sharing in ("attention", "ffn"):
+        name = "self_attn" if sharing == "attention" else "ffn"
+        assert getattr(enc.layers[1], name) is getattr(enc.layers[0], name)
+        assert enc.layers[1].ffn_norm is not enc.layers[0].ffn_norm  # norms stay per layer
+    with pytest.raises(ValueError, match="layer_sharing"):
+        cfg.replace(layer_sharing="everything")

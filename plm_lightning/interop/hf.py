@@ -73,7 +73,7 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
     """Which transformers architecture a checkpoint of ours exports to, or a ConfigError saying why none fits."""
     if objective == "CausalLM":
         wanted = dict(norm_position="pre", norm="layernorm", activation="gelu_new", position_embedding="learned",
-                      type_vocab_size=0, bias=True, embedding_size=None, share_layers=False)
+                      type_vocab_size=0, bias=True, embedding_size=None, layer_sharing="none")
         bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
@@ -81,7 +81,7 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
     if objective != "MaskedLM":
         raise ConfigError(f"export: no transformers counterpart is wired for objective {objective!r}")
     wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True,
-                  embedding_size=None, share_layers=False)
+                  embedding_size=None, layer_sharing="none")
     bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.activation not in ("gelu", "relu", "gelu_new"):
         bad.append("activation")

@@ -35,8 +35,12 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
-        num_blocks = 1 if cfg.share_layers else cfg.num_layers
+        num_blocks = 1 if cfg.layer_sharing == "all" else cfg.num_layers
         self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention) for _ in range(num_blocks))
+        if cfg.layer_sharing in ("attention", "ffn"):  # one sub-layer module object in every block
+            name = "self_attn" if cfg.layer_sharing == "attention" else "ffn"
+            for block in self.layers[1:]:
+                setattr(block, name, getattr(self.layers[0], name))
         self.final_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cfg.is_pre_norm else None
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position_embedding == "rope" else None
         self.relative_bias = (
@@ -47,7 +51,7 @@ class TransformerStack(nn.Module):
 
     def blocks(self) -> list[nn.Module]:
         """The blocks in application order (the same module repeated when layers are shared)."""
-        return [self.layers[0 if self.cfg.share_layers else i] for i in range(self.cfg.num_layers)]
+        return [self.layers[0 if self.cfg.layer_sharing == "all" else i] for i in range(self.cfg.num_layers)]
 
     def forward(
         self,

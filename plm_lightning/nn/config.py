@@ -43,8 +43,9 @@ class BackboneConfig:
     attention_dropout: float = 0.1
     embedding_size: int | None = None
     """ALBERT factorized embedding size E (Lan et al. 2020, sec. 3.1); None means E = hidden_size."""
-    share_layers: bool = False
-    """ALBERT cross-layer parameter sharing: one block applied num_layers times."""
+    layer_sharing: Literal["none", "all", "attention", "ffn"] = "none"
+    """ALBERT cross-layer parameter sharing (Lan et al. 2020, sec. 3.1 and Table 4): ``all`` applies one block
+    num_layers times; ``attention`` / ``ffn`` share only that sub-layer across blocks."""
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     scale_residual_init: bool = False
@@ -56,6 +57,8 @@ class BackboneConfig:
     pad_token_id: int = 0
 
     def __post_init__(self) -> None:
+        if self.layer_sharing not in ("none", "all", "attention", "ffn"):
+            raise ValueError(f"layer_sharing={self.layer_sharing!r} is not one of none, all, attention, ffn")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
@@ -124,11 +127,11 @@ PRESETS: dict[str, BackboneConfig] = {
                            intermediate_size=4096),
     # Lan et al. 2020, Table 1: factorized embeddings E = 128, all layers shared, no dropout (sec. 4.9), gelu_new
     "tiny-albert": _bert(hidden_size=64, num_layers=4, num_heads=2, intermediate_size=256, max_position_embeddings=256,
-                         vocab_size=4096, embedding_size=32, share_layers=True, dropout=0.0, attention_dropout=0.0,
+                         vocab_size=4096, embedding_size=32, layer_sharing="all", dropout=0.0, attention_dropout=0.0,
                          activation="gelu_new"),
-    "albert-base": _bert(vocab_size=30000, embedding_size=128, share_layers=True, dropout=0.0, attention_dropout=0.0,
+    "albert-base": _bert(vocab_size=30000, embedding_size=128, layer_sharing="all", dropout=0.0, attention_dropout=0.0,
                          activation="gelu_new"),
-    "albert-large": _bert(vocab_size=30000, embedding_size=128, share_layers=True, dropout=0.0, attention_dropout=0.0,
+    "albert-large": _bert(vocab_size=30000, embedding_size=128, layer_sharing="all", dropout=0.0, attention_dropout=0.0,
                           activation="gelu_new", hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     # Radford et al. 2019
     "gpt2": _gpt2(),

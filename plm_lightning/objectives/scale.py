@@ -25,11 +25,17 @@ def apply_compile(stack: nn.Module) -> None:
 
 
 def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
-    """FSDP2: shard each Transformer block, then the root (embeddings, heads) over the data-parallel mesh."""
+    """FSDP2: shard each Transformer block, then the root (embeddings, heads) over the data-parallel mesh.
+
+    Blocks that share a sub-layer (ALBERT ``layer_sharing`` attention/ffn) cannot be separate FSDP units, since a
+    parameter may belong to one unit only: they stay in the root unit.
+    """
     from torch.distributed.fsdp import fully_shard
 
     dp_mesh = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
     for stack in (m for m in module.modules() if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)):
+        if getattr(getattr(stack, "cfg", None), "layer_sharing", "none") in ("attention", "ffn"):
+            continue
         for block in stack.layers:
             fully_shard(block, mesh=dp_mesh)
     fully_shard(module, mesh=dp_mesh)
