@@ -57,7 +57,6 @@ def sample_spans(maskable: np.ndarray, word_starts: np.ndarray, keys: ArrayLike,
     words, starts = word_ids(maskable, word_starts)
     budgets = masking_budgets(maskable.sum(1), mask_prob)
     span_of = np.full(maskable.shape, -1, dtype=np.int64)
-    probabilities = length_probabilities
     for row, key in enumerate(np.atleast_1d(np.asarray(keys, dtype=np.uint64))):
         n_words = int(starts[row].sum())
         if n_words == 0:
@@ -67,7 +66,7 @@ def sample_spans(maskable: np.ndarray, word_starts: np.ndarray, keys: ArrayLike,
         word_span = np.full(n_words, -1, dtype=np.int64)
         total, n_spans, misses = 0, 0, 0
         while total < budgets[row] and misses < 10 * n_words:
-            length = min(int(rng.choice(probabilities.size, p=probabilities)) + 1, n_words)
+            length = min(int(rng.choice(length_probabilities.size, p=length_probabilities)) + 1, n_words)
             for _ in range(20):  # re-draw the start, not the length, on a collision
                 start = int(rng.integers(0, n_words - length + 1))
                 if not (word_span[start:start + length] >= 0).any():
