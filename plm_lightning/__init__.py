@@ -17,12 +17,12 @@ from plm_lightning.data import (
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
-from plm_lightning.objectives import CausalLM, MaskedLM, PretrainingModule
+from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PretrainingModule
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
+    "ELECTRA", "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ConfigError", "Decoder", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
     "MaskingConfig", "PretrainingModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus",
     "get_preset", "mask_tokens",

@@ -18,10 +18,12 @@ def run_export(argv: list[str]) -> None:
     parser = _Parser(prog="plm_lightning export", description="Write a Hugging Face transformers directory.")
     parser.add_argument("checkpoint", help="a plm_lightning checkpoint (.ckpt)")
     parser.add_argument("out_dir", help="directory to write config.json, model.safetensors and tokenizer files to")
+    parser.add_argument("--part", choices=["discriminator", "generator"], default="discriminator",
+                        help="ELECTRA: the discriminator (default, for downstream use) or the generator")
     args = parser.parse_args(argv)
     from plm_lightning.interop import export_checkpoint
 
-    arch = export_checkpoint(args.checkpoint, args.out_dir)
+    arch = export_checkpoint(args.checkpoint, args.out_dir, args.part)
     print(f"exported {args.checkpoint} as {arch} to {args.out_dir}")
 
 
@@ -29,10 +31,12 @@ def run_import(argv: list[str]) -> None:
     parser = _Parser(prog="plm_lightning import", description="Convert a transformers directory to a checkpoint.")
     parser.add_argument("hf_dir", help="a local transformers model directory (config.json + weights)")
     parser.add_argument("out_ckpt", help="checkpoint file to write")
+    parser.add_argument("--generator", default=None, help="ELECTRA: the ElectraForMaskedLM generator directory that "
+                        "goes with an ElectraForPreTraining discriminator")
     args = parser.parse_args(argv)
     from plm_lightning.interop import import_hf
 
-    info = import_hf(args.hf_dir, args.out_ckpt)
+    info = import_hf(args.hf_dir, args.out_ckpt, args.generator)
     print(f"imported {args.hf_dir} ({info['family']}) into {info['checkpoint']}; continue pretraining with "
           f"--model.init_weights_from {info['checkpoint']}")
 

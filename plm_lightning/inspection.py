@@ -71,9 +71,9 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         real = batch["attention_mask"].numpy().astype(bool)
         labels = batch["labels"].numpy()
         corrupted = batch["input_ids"].numpy()
-        loss = labels != IGNORE_INDEX
+        loss = labels != IGNORE_INDEX  # the corrupted positions
         tokens += int(real.sum())
-        loss_tokens += int(loss.sum())
+        loss_tokens += int(model.loss_positions(batch).numpy().sum())  # ELECTRA: every real token
         lengths.extend(real.sum(1).tolist())
         if corrupting:
             c, o = corrupted[loss], original[loss]
@@ -115,8 +115,9 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24)
     out.write(f"original:\n  {show(original[0].tolist())}\n\ncorrupted input:\n  {show(ids)}\n\n")
     targets = " ".join(f"{i}:{tok.id_to_token(t)}" for i, t in enumerate(labels) if t != IGNORE_INDEX)
     out.write(f"targets (position:token):\n  {targets}\n\n")
-    loss_line = "".join("^" if t != IGNORE_INDEX else "." for t in labels[:real])
-    out.write(f"loss positions ({sum(t != IGNORE_INDEX for t in labels)} of {real} tokens):\n  {loss_line}\n\n")
+    carries_loss = model.loss_positions(batch)[0].tolist()
+    loss_line = "".join("^" if c else "." for c in carries_loss[:real])
+    out.write(f"loss positions ({sum(carries_loss)} of {real} tokens):\n  {loss_line}\n\n")
     if "sentence_label" in batch:
         meaning = "0 = in order, 1 = swapped" if datamodule.packing == "sentence_order" else "0 = continuation, 1 = random"
         out.write(f"sentence label: {int(batch['sentence_label'][0])} ({meaning})\n\n")

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from plm_lightning.interop import export_checkpoint, import_hf  # noqa: E402
-from plm_lightning.objectives import CausalLM, MaskedLM  # noqa: E402
+from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM  # noqa: E402
 from plm_lightning.objectives.base import CHECKPOINT_KEY  # noqa: E402
 
 TOL = 1e-4
@@ -25,6 +25,16 @@ def _hf(kind):
     elif kind == "roberta":
         cfg = transformers.RobertaConfig(**SMALL, max_position_embeddings=66, pad_token_id=1, type_vocab_size=1)
         model = transformers.RobertaForMaskedLM(cfg)
+    elif kind == "albert":
+        cfg = transformers.AlbertConfig(**SMALL, embedding_size=16, max_position_embeddings=64, hidden_act="gelu_new")
+        model = transformers.AlbertForPreTraining(cfg)
+    elif kind == "electra":
+        cfg = transformers.ElectraConfig(**SMALL, embedding_size=16, max_position_embeddings=64)
+        model = transformers.ElectraForPreTraining(cfg)
+    elif kind == "electra-generator":
+        cfg = transformers.ElectraConfig(vocab_size=101, hidden_size=8, num_hidden_layers=2, num_attention_heads=1,
+                                         intermediate_size=32, embedding_size=16, max_position_embeddings=64)
+        model = transformers.ElectraForMaskedLM(cfg)
     else:
         cfg = transformers.GPT2Config(vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                       bos_token_id=100, eos_token_id=100)
@@ -45,35 +55,41 @@ def _inputs(kind):
         mask[1, 12:] = 0
         ids[1, 12:] = 1 if kind == "roberta" else 0
     types = torch.zeros_like(ids)
-    if kind == "bert":
+    if kind in ("bert", "albert", "electra", "electra-generator"):
         types[:, 9:] = 1
     return ids, mask, types
 
 
 def _ours_logits(module, ids, mask, types):
+    """(token logits, sentence logits or None) of our module, whichever head it has."""
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
     with torch.no_grad():
         if isinstance(module, CausalLM):
             hidden = module.backbone(ids).last_hidden_state
             return module.lm_head(hidden), None
-        hidden = module.encode({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-        nsp = module.sentence_head(hidden) if module.sentence_head is not None else None
-        return module.lm_head(hidden), nsp
+        if isinstance(module, ELECTRA):
+            return module.rtd_head(module.run_stack(module.backbone, batch)), None
+        hidden = module.encode(batch)
+        sentence = module.sentence_head(hidden) if module.sentence_head is not None else None
+        return module.lm_head(hidden), sentence
 
 
 def _hf_logits(model, ids, mask, types):
     with torch.no_grad():
         if isinstance(model, transformers.GPT2LMHeadModel):
             return model(input_ids=ids).logits, None
-        kwargs = {"token_type_ids": types} if isinstance(model, transformers.BertForPreTraining) else {}
+        kwargs = {} if isinstance(model, transformers.RobertaForMaskedLM) else {"token_type_ids": types}
         out = model(input_ids=ids, attention_mask=mask, **kwargs)
         if isinstance(model, transformers.BertForPreTraining):
             return out.prediction_logits, out.seq_relationship_logits
+        if isinstance(model, transformers.AlbertForPreTraining):
+            return out.prediction_logits, out.sop_logits
         return out.logits, None
 
 
 def _load_module(ckpt_path):
     ckpt = torch.load(ckpt_path, weights_only=True)
-    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM}[ckpt[CHECKPOINT_KEY]["objective"]]
+    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA}[ckpt[CHECKPOINT_KEY]["objective"]]
     hp = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
     module = cls(**hp)
     module.load_state_dict(ckpt["state_dict"], strict=False)
@@ -85,7 +101,10 @@ def _close(a, b, mask):
     return (a[real] - b[real]).abs().max().item()
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "gpt2"])
+HF_KINDS = ["bert", "roberta", "albert", "electra", "electra-generator", "gpt2"]
+
+
+@pytest.mark.parametrize("kind", HF_KINDS)
 def test_import_then_export_matches_transformers(kind, tmp_path):
     hf = _hf(kind)
     hf.save_pretrained(tmp_path / "hf")
@@ -94,7 +113,7 @@ def test_import_then_export_matches_transformers(kind, tmp_path):
     ids, mask, types = _inputs(kind)
     (a, a_nsp), (b, b_nsp) = _ours_logits(ours, ids, mask, types), _hf_logits(hf, ids, mask, types)
     assert _close(a, b, mask) <= TOL
-    if kind == "bert":
+    if b_nsp is not None:
         assert (a_nsp - b_nsp).abs().max() <= TOL
 
     # and back: our checkpoint exported loads in transformers with the same logits
@@ -105,11 +124,11 @@ def test_import_then_export_matches_transformers(kind, tmp_path):
     reloaded = getattr(transformers, config["architectures"][0]).from_pretrained(tmp_path / "exported", config=again).eval()
     c, c_nsp = _hf_logits(reloaded, ids, mask, types)
     assert _close(c, b, mask) <= TOL
-    if kind == "bert":
+    if b_nsp is not None:
         assert (c_nsp - b_nsp).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "gpt2"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "albert", "gpt2"])
 def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
     """A model built the way our recipes build it (random init, our tokenizer roles) loads in transformers."""
     torch.manual_seed(3)
@@ -117,6 +136,8 @@ def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
         module = CausalLM(backbone="tiny-gpt", vocab_size=101)
     elif kind == "bert":
         module = MaskedLM(backbone="tiny", vocab_size=101, sentence_prediction="nsp")
+    elif kind == "albert":
+        module = MaskedLM(backbone="tiny-albert", vocab_size=101, sentence_prediction="sop")
     else:
         module = MaskedLM(backbone="tiny", vocab_size=101, backbone_overrides={"type_vocab_size": 1, "pad_token_id": 1})
     module.eval()
@@ -131,5 +152,40 @@ def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
         mask = torch.ones_like(mask)
     (a, a_nsp), (b, b_nsp) = _ours_logits(module, ids, mask, types), _hf_logits(hf, ids, mask, types)
     assert _close(a, b, mask) <= TOL
-    if kind == "bert":
+    if b_nsp is not None:
         assert (a_nsp - b_nsp).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("sharing", ["shared", "gdes", "none"])
+def test_electra_exports_discriminator_and_generator(sharing, tmp_path):
+    """An ELECTRA trained here exports its discriminator (ElectraForPreTraining) and its generator
+    (ElectraForMaskedLM), each with the same logits as in our module; importing both back restores the module."""
+    torch.manual_seed(4)
+    module = ELECTRA(backbone="tiny", vocab_size=101, embedding_sharing=sharing,
+                     backbone_overrides={"embedding_size": 32})
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # GDES residual and biases non-zero
+    module.eval()
+    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+            CHECKPOINT_KEY: {"objective": "ELECTRA", "backbone": module.config.to_dict()}}
+    torch.save(ckpt, tmp_path / "m.ckpt")
+    assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "disc") == "ElectraForPreTraining"
+    assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "gen", part="generator") == "ElectraForMaskedLM"
+    disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "disc").eval()
+    gen = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "gen").eval()
+    ids, mask, types = _inputs("electra")
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    with torch.no_grad():
+        ours_rtd = module.rtd_head(module.run_stack(module.backbone, batch))
+        ours_mlm = module.lm_head(module.run_stack(module.generator, batch))
+    assert _close(ours_rtd, _hf_logits(disc, ids, mask, types)[0], mask) <= TOL
+    assert _close(ours_mlm, _hf_logits(gen, ids, mask, types)[0], mask) <= TOL
+    if sharing == "shared":  # one table: importing discriminator + generator gives back the same module
+        import_hf(tmp_path / "disc", tmp_path / "back.ckpt", generator_dir=tmp_path / "gen")
+        back = _load_module(tmp_path / "back.ckpt")
+        assert back.generator_size_divisor == 4 and back.generator_cfg == module.generator_cfg
+        a, _ = _ours_logits(back, ids, mask, types)
+        assert _close(a, ours_rtd, mask) <= TOL
+        with torch.no_grad():
+            assert _close(back.lm_head(back.run_stack(back.generator, batch)), ours_mlm, mask) <= TOL

@@ -1,10 +1,13 @@
 """Hugging Face `transformers` layouts <-> our state dicts, kept beside the model, never inside it (torchtitan's
-state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`)
-and GPT-2 (`GPT2LMHeadModel`). Pure tensor mappings: `transformers` itself is not needed to convert.
+state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
+ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
+`ElectraForMaskedLM` generator) and GPT-2 (`GPT2LMHeadModel`).
+Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,45 +16,99 @@ from torch import Tensor
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.config import BackboneConfig
 
-_ENCODER_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")  # rows of our qkv_proj
-_ENCODER_LAYER = {  # ours -> HF, relative to one layer
+_QKV = ("query", "key", "value")  # the rows of our fused qkv_proj, in order
+_BERT_LAYER = {  # ours -> HF, relative to one layer
     "self_attn.o_proj": "attention.output.dense",
     "self_attn_norm": "attention.output.LayerNorm",
     "ffn.fc_in": "intermediate.dense",
     "ffn.fc_out": "output.dense",
     "ffn_norm": "output.LayerNorm",
 }
+_ALBERT_LAYER = {"self_attn.o_proj": "attention.dense", "self_attn_norm": "attention.LayerNorm", "ffn.fc_in": "ffn",
+                 "ffn.fc_out": "ffn_output", "ffn_norm": "full_layer_layer_norm"}
 _GPT2_LAYER = {"self_attn_norm": "ln_1", "self_attn.qkv_proj": "attn.c_attn", "self_attn.o_proj": "attn.c_proj",
                "ffn_norm": "ln_2", "ffn.fc_in": "mlp.c_fc", "ffn.fc_out": "mlp.c_proj"}
-ARCHITECTURES = {"bert": "BertForMaskedLM", "bert-nsp": "BertForPreTraining", "roberta": "RobertaForMaskedLM",
-                 "gpt2": "GPT2LMHeadModel"}
+
+
+@dataclass(frozen=True)
+class EncoderLayout:
+    """Where a transformers encoder family keeps each of our tensors."""
+
+    architecture: str
+    model_type: str
+    base: str
+    """Prefix of the bare model's weights (``bert``, ``roberta``, ``electra``, ``albert``)."""
+    layer: str
+    """One layer's prefix, ``{i}`` for its index (ALBERT's single shared layer has none)."""
+    layer_names: dict[str, str]
+    qkv: str
+    """Prefix of query/key/value inside a layer."""
+    project: str | None
+    """The E -> H projection of factorized embeddings."""
+    heads: tuple[tuple[str, str], ...]
+    """(ours, HF) pairs of the output heads, ``weight``/``bias`` suffixes included."""
 
 
 def _wb(ours: str, hf: str) -> list[tuple[str, str]]:
     return [(f"{ours}.weight", f"{hf}.weight"), (f"{ours}.bias", f"{hf}.bias")]
 
 
-def _encoder_pairs(cfg: BackboneConfig, family: str, nsp: bool) -> list[tuple[str, str]]:
-    p = "bert" if family == "bert" else "roberta"
-    pairs = [("backbone.embeddings.token.weight", f"{p}.embeddings.word_embeddings.weight"),
-             ("backbone.embeddings.segment.weight", f"{p}.embeddings.token_type_embeddings.weight"),
-             *_wb("backbone.embeddings.norm", f"{p}.embeddings.LayerNorm")]
-    for i in range(cfg.num_layers):
-        for ours, hf in _ENCODER_LAYER.items():
-            pairs += _wb(f"backbone.layers.{i}.{ours}", f"{p}.encoder.layer.{i}.{hf}")
-    if family == "bert":
-        pairs += [*_wb("lm_head.dense", "cls.predictions.transform.dense"),
-                  *_wb("lm_head.norm", "cls.predictions.transform.LayerNorm"),
-                  ("lm_head.bias", "cls.predictions.bias"), ("lm_head.bias", "cls.predictions.decoder.bias"),
-                  ("lm_head.weight", "cls.predictions.decoder.weight")]
-        if nsp:
-            pairs += [*_wb("sentence_head.pooler.dense", "bert.pooler.dense"),
-                      *_wb("sentence_head.classifier", "cls.seq_relationship")]
-    else:
-        pairs += [*_wb("lm_head.dense", "lm_head.dense"), *_wb("lm_head.norm", "lm_head.layer_norm"),
-                  ("lm_head.bias", "lm_head.bias"), ("lm_head.bias", "lm_head.decoder.bias"),
-                  ("lm_head.weight", "lm_head.decoder.weight")]
-    return pairs
+_MLM_HEAD = (*_wb("lm_head.dense", "cls.predictions.transform.dense"),
+             *_wb("lm_head.norm", "cls.predictions.transform.LayerNorm"),
+             ("lm_head.bias", "cls.predictions.bias"), ("lm_head.bias", "cls.predictions.decoder.bias"),
+             ("lm_head.weight", "cls.predictions.decoder.weight"))
+_ALBERT_MLM_HEAD = (*_wb("lm_head.dense", "predictions.dense"), *_wb("lm_head.norm", "predictions.LayerNorm"),
+                    ("lm_head.bias", "predictions.bias"), ("lm_head.bias", "predictions.decoder.bias"),
+                    ("lm_head.weight", "predictions.decoder.weight"))
+_BERT_LIKE = dict(layer="{base}.encoder.layer.{i}", layer_names=_BERT_LAYER, qkv="attention.self")
+LAYOUTS: dict[str, EncoderLayout] = {
+    "bert": EncoderLayout("BertForMaskedLM", "bert", "bert", project=None, heads=_MLM_HEAD, **_BERT_LIKE),
+    "bert-nsp": EncoderLayout("BertForPreTraining", "bert", "bert", project=None, **_BERT_LIKE, heads=(
+        *_MLM_HEAD, *_wb("sentence_head.pooler.dense", "bert.pooler.dense"),
+        *_wb("sentence_head.classifier", "cls.seq_relationship"))),
+    "roberta": EncoderLayout("RobertaForMaskedLM", "roberta", "roberta", project=None, **_BERT_LIKE, heads=(
+        *_wb("lm_head.dense", "lm_head.dense"), *_wb("lm_head.norm", "lm_head.layer_norm"),
+        ("lm_head.bias", "lm_head.bias"), ("lm_head.bias", "lm_head.decoder.bias"),
+        ("lm_head.weight", "lm_head.decoder.weight"))),
+    # ELECTRA (Clark et al. 2020): the discriminator with its token head; the generator is a factorized MLM
+    "electra": EncoderLayout("ElectraForPreTraining", "electra", "electra", project="electra.embeddings_project",
+                             **_BERT_LIKE, heads=(*_wb("rtd_head.dense", "discriminator_predictions.dense"),
+                                                  *_wb("rtd_head.prediction", "discriminator_predictions.dense_prediction"))),
+    "electra-generator": EncoderLayout(
+        "ElectraForMaskedLM", "electra", "electra", project="electra.embeddings_project", **_BERT_LIKE, heads=(
+            *_wb("lm_head.dense", "generator_predictions.dense"), *_wb("lm_head.norm", "generator_predictions.LayerNorm"),
+            ("lm_head.bias", "generator_lm_head.bias"), ("lm_head.weight", "generator_lm_head.weight"))),
+    # ALBERT (Lan et al. 2020): one shared layer (num_hidden_groups = inner_group_num = 1)
+    "albert": EncoderLayout("AlbertForMaskedLM", "albert", "albert", "albert.encoder.albert_layer_groups.0.albert_layers.0",
+                            _ALBERT_LAYER, "attention", "albert.encoder.embedding_hidden_mapping_in", _ALBERT_MLM_HEAD),
+    "albert-sop": EncoderLayout("AlbertForPreTraining", "albert", "albert",
+                                "albert.encoder.albert_layer_groups.0.albert_layers.0", _ALBERT_LAYER, "attention",
+                                "albert.encoder.embedding_hidden_mapping_in", (
+                                    *_ALBERT_MLM_HEAD, *_wb("sentence_head.pooler.dense", "albert.pooler"),
+                                    *_wb("sentence_head.classifier", "sop_classifier.classifier"))),
+}
+ARCHITECTURES = {**{k: v.architecture for k, v in LAYOUTS.items()}, "gpt2": "GPT2LMHeadModel"}
+_BY_ARCHITECTURE = {v.architecture: k for k, v in LAYOUTS.items()}
+
+
+def _layer_prefixes(cfg: BackboneConfig, layout: EncoderLayout) -> list[str]:
+    """HF prefix of each of our stored blocks (ALBERT stores one)."""
+    n = 1 if cfg.layer_sharing == "all" else cfg.num_layers
+    return [layout.layer.format(base=layout.base, i=i) for i in range(n)]
+
+
+def _encoder_pairs(cfg: BackboneConfig, layout: EncoderLayout) -> list[tuple[str, str]]:
+    """(ours, HF) name pairs of an encoder family, except the fused q/k/v and the positions (reshaped, not renamed)."""
+    emb = f"{layout.base}.embeddings"
+    pairs = [("backbone.embeddings.token.weight", f"{emb}.word_embeddings.weight"),
+             ("backbone.embeddings.segment.weight", f"{emb}.token_type_embeddings.weight"),
+             *_wb("backbone.embeddings.norm", f"{emb}.LayerNorm")]
+    if layout.project is not None and cfg.embedding_size not in (None, cfg.hidden_size):
+        pairs += _wb("backbone.embeddings.project", layout.project)
+    for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
+        for ours, hf in layout.layer_names.items():
+            pairs += _wb(f"backbone.layers.{i}.{ours}", f"{prefix}.{hf}")
+    return pairs + list(layout.heads)
 
 
 def _gpt2_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
@@ -69,7 +126,7 @@ def _is_conv1d(hf_key: str) -> bool:
 
 
 def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tokenizer_kind: str | None,
-              sentence_prediction: str = "none") -> str:
+              sentence_prediction: str = "none", part: str = "discriminator") -> str:
     """Which transformers architecture a checkpoint of ours exports to, or a ConfigError saying why none fits."""
     if objective == "CausalLM":
         wanted = dict(norm_position="pre", norm="layernorm", activation="gelu_new", position_embedding="learned",
@@ -78,40 +135,57 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
         return "gpt2"
-    if objective != "MaskedLM":
+    if objective not in ("MaskedLM", "ELECTRA"):
         raise ConfigError(f"export: no transformers counterpart is wired for objective {objective!r}")
-    wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True,
-                  embedding_size=None, layer_sharing="none")
+    wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True)
     bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.activation not in ("gelu", "relu", "gelu_new"):
         bad.append("activation")
     if bad:
-        raise ConfigError(f"export: this MaskedLM differs from BERT/RoBERTa in {bad}; no transformers class holds it")
+        raise ConfigError(f"export: this {objective} differs from BERT/RoBERTa/ALBERT/ELECTRA in {bad}; no "
+                          "transformers class holds it")
+    if objective == "ELECTRA":
+        if cfg.layer_sharing != "none":
+            raise ConfigError("export: ELECTRA with shared layers has no transformers counterpart")
+        return "electra" if part == "discriminator" else "electra-generator"
+    if cfg.layer_sharing == "all":
+        if sentence_prediction == "nsp":
+            raise ConfigError("export: ALBERT layouts hold SOP or no sentence head, not NSP")
+        return "albert-sop" if sentence_prediction == "sop" else "albert"
+    if cfg.layer_sharing != "none":
+        raise ConfigError(f"export: layer_sharing={cfg.layer_sharing} (shared attention or FFN only) has no "
+                          "transformers counterpart; ALBERT shares all layers")
+    if cfg.embedding_size not in (None, cfg.hidden_size):
+        if sentence_prediction != "none" or cfg.activation != "gelu":
+            raise ConfigError("export: a factorized MaskedLM exports as ElectraForMaskedLM, which has no sentence "
+                              "head and uses gelu")
+        return "electra-generator"
     if sentence_prediction == "sop":
-        raise ConfigError("export: ALBERT's SOP head (AlbertForPreTraining) is not wired yet; export covers BERT, "
-                          "RoBERTa and GPT-2")
+        raise ConfigError("export: SOP without shared layers has no transformers class (AlbertForPreTraining "
+                          "shares all layers)")
     if sentence_prediction == "nsp":
         return "bert-nsp"
     return "roberta" if tokenizer_kind == "bpe" or cfg.type_vocab_size == 1 else "bert"
 
 
 def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
-    """Our state dict (a LightningModule's) to the transformers layout of ``family``."""
+    """Our state dict (a LightningModule's, with the exported stack under ``backbone.``) to ``family``'s layout."""
     out: dict[str, Tensor] = {}
     if family == "gpt2":
         for ours, hf in _gpt2_pairs(cfg):
             t = state[ours]
             out[hf] = t.t().contiguous() if _is_conv1d(hf) else t.clone()
         return out
-    base = "bert" if family.startswith("bert") else "roberta"
-    for ours, hf in _encoder_pairs(cfg, "bert" if base == "bert" else "roberta", family == "bert-nsp"):
+    layout = LAYOUTS[family]
+    for ours, hf in _encoder_pairs(cfg, layout):
         if ours in state:
             out[hf] = state[ours].clone()
-    for i in range(cfg.num_layers):
+    for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
         for kind in ("weight", "bias"):
             fused = state[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"]
-            for name, part in zip(_ENCODER_QKV, fused.chunk(3, dim=0)):
-                out[f"{base}.encoder.layer.{i}.{name}.{kind}"] = part.clone()
+            for name, part in zip(_QKV, fused.chunk(3, dim=0)):
+                out[f"{prefix}.{layout.qkv}.{name}.{kind}"] = part.clone()
+    base = layout.base
     positions = state["backbone.embeddings.position.weight"][cfg.position_offset:]
     if base == "roberta":  # RoBERTa counts positions from padding_idx + 1
         offset = cfg.pad_token_id + 1
@@ -119,8 +193,8 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
         table[offset:] = positions
         positions = table
     out[f"{base}.embeddings.position_embeddings.weight"] = positions.clone()
-    if base == "roberta" and f"{base}.embeddings.token_type_embeddings.weight" not in out:
-        out[f"{base}.embeddings.token_type_embeddings.weight"] = torch.zeros(1, cfg.hidden_size)
+    if f"{base}.embeddings.token_type_embeddings.weight" not in out:
+        out[f"{base}.embeddings.token_type_embeddings.weight"] = torch.zeros(1, positions.shape[1])
     return out
 
 
@@ -134,15 +208,16 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
             t = hf[key]
             out[ours] = t.t().contiguous() if _is_conv1d(key) else t.clone()
         return out
-    base = "bert" if family.startswith("bert") else "roberta"
-    for ours, key in _encoder_pairs(cfg, base, family == "bert-nsp"):
+    layout = LAYOUTS[family]
+    base = layout.base
+    for ours, key in _encoder_pairs(cfg, layout):
         if key in hf:
             out[ours] = hf[key].clone()
-        elif key.endswith("decoder.weight"):
+        elif ours == "lm_head.weight":  # tied, often not saved
             out[ours] = hf[f"{base}.embeddings.word_embeddings.weight"].clone()
-    for i in range(cfg.num_layers):
+    for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
         for kind in ("weight", "bias"):
-            parts = [hf[f"{base}.encoder.layer.{i}.{name}.{kind}"] for name in _ENCODER_QKV]
+            parts = [hf[f"{prefix}.{layout.qkv}.{name}.{kind}"] for name in _QKV]
             out[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)
     out["backbone.embeddings.position.weight"] = hf[f"{base}.embeddings.position_embeddings.weight"].clone()
     return out
@@ -159,17 +234,26 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
                 "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attention_dropout,
                 "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.initializer_range,
                 "bos_token_id": special_ids.get("bos", eos), "eos_token_id": eos, "tie_word_embeddings": True}
-    common = {"architectures": [arch], "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
-              "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+    layout = LAYOUTS[family]
+    config = {"model_type": layout.model_type, "architectures": [arch], "vocab_size": cfg.vocab_size,
+              "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
               "intermediate_size": cfg.intermediate_size, "hidden_act": cfg.activation,
               "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
               "type_vocab_size": max(1, cfg.type_vocab_size), "initializer_range": cfg.initializer_range,
-              "layer_norm_eps": cfg.norm_eps, "pad_token_id": cfg.pad_token_id, "tie_word_embeddings": True}
-    usable = cfg.max_position_embeddings - cfg.position_offset
-    if family.startswith("bert"):
-        return {"model_type": "bert", "max_position_embeddings": usable, **common}
-    return {"model_type": "roberta", "max_position_embeddings": usable + cfg.pad_token_id + 1,
-            "bos_token_id": special_ids.get("cls", 0), "eos_token_id": special_ids.get("sep", 2), **common}
+              "layer_norm_eps": cfg.norm_eps, "pad_token_id": cfg.pad_token_id, "tie_word_embeddings": True,
+              "max_position_embeddings": cfg.max_position_embeddings - cfg.position_offset}
+    if layout.model_type in ("electra", "albert"):
+        config["embedding_size"] = cfg.embedding_size or cfg.hidden_size
+    if layout.model_type == "albert":
+        config.update(num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=cfg.dropout,
+                      bos_token_id=special_ids.get("cls", 2), eos_token_id=special_ids.get("sep", 3))
+    if layout.model_type == "roberta":
+        config.update(max_position_embeddings=config["max_position_embeddings"] + cfg.pad_token_id + 1,
+                      bos_token_id=special_ids.get("cls", 0), eos_token_id=special_ids.get("sep", 2))
+    return config
+
+
+DEFAULT_FAMILY = {"bert": "bert", "roberta": "roberta", "electra": "electra", "albert": "albert"}
 
 
 def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
@@ -186,9 +270,19 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
                              initializer_range=config.get("initializer_range", 0.02),
                              pad_token_id=config.get("eos_token_id") or 0)
         return "gpt2", cfg, "CausalLM"
-    if model_type not in ("bert", "roberta"):
-        raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: bert, roberta, gpt2")
-    pad = config.get("pad_token_id", 0 if model_type == "bert" else 1) or 0
+    if model_type not in DEFAULT_FAMILY:
+        raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
+                          f"{', '.join([*DEFAULT_FAMILY, 'gpt2'])}")
+    archs = config.get("architectures") or []
+    family = next((_BY_ARCHITECTURE[a] for a in archs if a in _BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
+    pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0
+    embedding = config.get("embedding_size")
+    sharing = "none"
+    if model_type == "albert":
+        if config.get("num_hidden_groups", 1) != 1 or config.get("inner_group_num", 1) != 1:
+            raise ConfigError("import: ALBERT with num_hidden_groups or inner_group_num > 1 is not supported (every "
+                              "released ALBERT shares one layer)")
+        sharing = "all"
     cfg = BackboneConfig(
         vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"], intermediate_size=config["intermediate_size"],
@@ -197,7 +291,6 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         dropout=config.get("hidden_dropout_prob", 0.1), attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
         initializer_range=config.get("initializer_range", 0.02), pad_token_id=pad,
         position_offset=pad + 1 if model_type == "roberta" else 0,
+        embedding_size=embedding if embedding not in (None, config["hidden_size"]) else None, layer_sharing=sharing,
     )
-    archs = config.get("architectures") or []
-    family = "bert-nsp" if "BertForPreTraining" in archs else model_type
-    return family, cfg, "MaskedLM"
+    return family, cfg, "ELECTRA" if family == "electra" else "MaskedLM"

@@ -47,15 +47,49 @@ def _tokenizer_from_meta(meta: dict[str, Any]):  # noqa: ANN202
     return TextTokenizer(Tokenizer.from_str(tok["json"]), tok["special"], tok.get("kind", "custom"))
 
 
-def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path) -> str:
-    """Write a transformers directory (config.json, model.safetensors, tokenizer files); returns the architecture."""
+def _electra_view(state: dict[str, torch.Tensor], hparams: dict[str, Any], cfg: BackboneConfig,
+                  part: str) -> tuple[dict[str, torch.Tensor], BackboneConfig]:
+    """The part of an ELECTRA checkpoint that is exported, renamed so its stack sits under ``backbone.``."""
+    from plm_lightning.objectives.electra import generator_config
+
+    gen_cfg = generator_config(cfg, hparams.get("generator_size_divisor", 4), hparams.get("generator_num_layers"),
+                               hparams.get("generator_num_heads"))
+    if part == "generator":
+        view = {f"backbone.{k[len('generator.'):]}": v for k, v in state.items() if k.startswith("generator.")}
+        view.update({k: v for k, v in state.items() if k.startswith("lm_head.")})
+        return view, gen_cfg
+    view = {k: v for k, v in state.items() if k.startswith(("backbone.", "rtd_head."))}
+    delta = view.pop("backbone.embeddings.token.delta", None)
+    if delta is not None:  # gradient-disentangled sharing: E_D = E_G + E_delta
+        view["backbone.embeddings.token.weight"] = state["generator.embeddings.token.weight"] + delta
+    for part_name in ("token.weight", "position.weight", "segment.weight", "norm.weight", "norm.bias"):
+        key = f"backbone.embeddings.{part_name}"
+        if key not in view and f"generator.embeddings.{part_name}" in state:
+            view[key] = state[f"generator.embeddings.{part_name}"]
+    return view, cfg.replace(embedding_size=gen_cfg.embedding_size)
+
+
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "discriminator") -> str:
+    """Write a transformers directory (config.json, model.safetensors, tokenizer files); returns the architecture.
+
+    ``part`` picks ELECTRA's discriminator (``ElectraForPreTraining``, the model for downstream use) or generator
+    (``ElectraForMaskedLM``); other objectives have one part.
+    """
+    if part not in ("discriminator", "generator"):
+        raise ConfigError(f"export: --part={part!r} is not one of discriminator, generator")
     ckpt = load_checkpoint(ckpt_path)
     meta = ckpt[CHECKPOINT_KEY]
     cfg = BackboneConfig(**meta["backbone"])
     state = ckpt["state_dict"]
+    hparams = ckpt.get("hyper_parameters", {})
+    if meta["objective"] == "ELECTRA":
+        state, cfg = _electra_view(state, hparams, cfg, part)
+    elif part != "discriminator":
+        raise ConfigError(f"export: --part generator is for ELECTRA checkpoints; '{ckpt_path}' holds a "
+                          f"{meta['objective']}")
     tokenizer = _tokenizer_from_meta(meta)
-    sentence = ckpt.get("hyper_parameters", {}).get("sentence_prediction", "none")
-    family = family_of(state, cfg, meta["objective"], tokenizer.kind if tokenizer else None, sentence)
+    sentence = hparams.get("sentence_prediction", "none")
+    family = family_of(state, cfg, meta["objective"], tokenizer.kind if tokenizer else None, sentence, part)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = to_hf(state, cfg, family)
@@ -77,26 +111,67 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise ConfigError(f"import: '{directory}' has neither model.safetensors nor pytorch_model.bin")
 
 
-def import_hf(hf_dir: str | Path, out_ckpt: str | Path) -> dict[str, Any]:
-    """Convert a transformers BERT/RoBERTa/GPT-2 directory into a plm_lightning checkpoint (weights, backbone and
-    tokenizer) that ``--model.init_weights_from`` and ``load_from_checkpoint`` accept."""
-    import lightning as L
-
-    from plm_lightning.data.tokenizer import TextTokenizer
-    from plm_lightning.objectives import CausalLM, MaskedLM
-
+def _read_hf_dir(hf_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     directory = Path(hf_dir)
     if not (directory / "config.json").is_file():
         raise ConfigError(f"import: '{hf_dir}' has no config.json; give a Hugging Face model directory")
-    family, cfg, objective = config_from_hf(json.loads((directory / "config.json").read_text()))
+    return directory, json.loads((directory / "config.json").read_text())
+
+
+def _electra_generator(gen_dir: str | Path, disc: BackboneConfig) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """ELECTRA hyperparameters and our ``generator.`` / ``lm_head.`` weights from an ``ElectraForMaskedLM`` directory."""
+    directory, config = _read_hf_dir(gen_dir)
+    family, gen, _ = config_from_hf(config)
+    if family != "electra-generator":
+        raise ConfigError(f"import: --generator '{gen_dir}' is a {family}, not an ElectraForMaskedLM generator")
+    disc_emb, gen_emb = disc.embedding_size or disc.hidden_size, gen.embedding_size or gen.hidden_size
+    if gen_emb != disc_emb or disc.hidden_size % gen.hidden_size or gen.intermediate_size != 4 * gen.hidden_size:
+        raise ConfigError(f"import: generator '{gen_dir}' (hidden {gen.hidden_size}, embedding {gen_emb}, "
+                          f"intermediate {gen.intermediate_size}) does not fit the discriminator (hidden "
+                          f"{disc.hidden_size}, embedding {disc_emb}): it needs the same embedding size, a hidden "
+                          "size dividing the discriminator's and a 4x feed-forward")
+    hparams = {"generator_size_divisor": disc.hidden_size // gen.hidden_size, "generator_num_layers": gen.num_layers,
+               "generator_num_heads": gen.num_heads}
+    weights = from_hf(_read_hf_weights(directory), gen, family)
+    ours = {("generator." + k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in weights.items()}
+    return hparams, ours
+
+
+def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Path | None = None) -> dict[str, Any]:
+    """Convert a transformers BERT/RoBERTa/ALBERT/ELECTRA/GPT-2 directory into a plm_lightning checkpoint (weights,
+    backbone and tokenizer) that ``--model.init_weights_from`` and ``load_from_checkpoint`` accept.
+
+    An ``ElectraForPreTraining`` discriminator becomes an ELECTRA checkpoint; its generator comes from
+    ``generator_dir`` (an ``ElectraForMaskedLM``) or, without one, starts from random weights at 1/4 width.
+    """
+    import lightning as L
+
+    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM
+
+    directory, config = _read_hf_dir(hf_dir)
+    family, cfg, objective = config_from_hf(config)
     ours = from_hf(_read_hf_weights(directory), cfg, family)
-    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM}[objective]
+    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA}[objective]
     hparams: dict[str, Any] = {"backbone": "bert-base", "backbone_overrides": cfg.to_dict()}
     if objective == "MaskedLM":
-        hparams["sentence_prediction"] = "nsp" if family == "bert-nsp" else "none"
+        hparams["sentence_prediction"] = {"bert-nsp": "nsp", "albert-sop": "sop"}.get(family, "none")
+    if objective == "ELECTRA":
+        hparams["generator_size_divisor"] = 4 if cfg.hidden_size % 4 == 0 else 1
+        if generator_dir is not None:
+            gen_hparams, gen_weights = _electra_generator(generator_dir, cfg)
+            hparams.update(gen_hparams)
+            shared = ("generator.embeddings.token.", "generator.embeddings.position.", "generator.embeddings.segment.",
+                      "generator.embeddings.norm.")  # the discriminator's copy is the shared table
+            ours.update({k: v for k, v in gen_weights.items() if not k.startswith(shared)})
+    elif generator_dir is not None:
+        raise ConfigError(f"import: --generator is for ELECTRA discriminators; '{hf_dir}' is a {family}")
     module = cls(**hparams, vocab_size=cfg.vocab_size)
     missing, unexpected = module.load_state_dict(ours, strict=False)
-    missing = [k for k in missing if k != "lm_head.weight"]  # tied to the token embedding
+    allowed = ("lm_head.weight", "generator.embeddings.")  # tied to, or shared with, a table that was loaded
+    if objective == "ELECTRA" and generator_dir is None:
+        allowed = ("lm_head.", "generator.")  # a fresh generator
+    missing = [k for k in missing if not k.startswith(allowed)]
     if missing or unexpected:
         raise ConfigError(f"import: weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
     meta: dict[str, Any] = {"objective": objective, "backbone": cfg.to_dict(), "tokens_seen": 0,

@@ -133,6 +133,10 @@ PRESETS: dict[str, BackboneConfig] = {
                          activation="gelu_new"),
     "albert-large": _bert(vocab_size=30000, embedding_size=128, layer_sharing="all", dropout=0.0, attention_dropout=0.0,
                           activation="gelu_new", hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    # Clark et al. 2020, Table 6 (discriminator shapes; the generator is derived from them by the ELECTRA module)
+    "electra-small": _bert(hidden_size=256, num_heads=4, intermediate_size=1024, embedding_size=128),
+    "electra-base": _bert(),
+    "electra-large": _bert(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),

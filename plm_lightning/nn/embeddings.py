@@ -1,8 +1,12 @@
-"""Input embeddings: token (+ ALBERT factorization), segment and absolute position, summed then normalised."""
+"""Input embeddings: token (+ ALBERT factorization), segment and absolute position, summed then normalised; and the
+ways two stacks share them (ELECTRA's generator and discriminator, DeBERTaV3's gradient-disentangled sharing)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.nn.config import BackboneConfig
@@ -53,3 +57,50 @@ class Embeddings(nn.Module):
             x = self.norm(x)
         x = self.dropout(x)
         return self.project(x) if self.project is not None else x
+
+
+EmbeddingSharing = Literal["shared", "gdes", "none"]
+SHARED_PARTS = ("position", "segment", "norm")
+
+
+class GradientDisentangledEmbedding(nn.Module):
+    """DeBERTaV3's Gradient-Disentangled Embedding Sharing (He et al. 2023, sec. 3.2, eq. 7):
+    ``E_D = sg(E_G) + E_delta``. The discriminator reads the generator's table through a stop-gradient plus its own
+    residual ``E_delta`` (initialised to zero), so the replaced-token-detection loss never pulls on ``E_G`` (no
+    "tug-of-war") while the discriminator still starts from, and follows, what the generator learns.
+
+    The source embedding is held by reference, not registered: it stays a parameter of the generator only.
+    """
+
+    def __init__(self, source: nn.Embedding) -> None:
+        super().__init__()
+        object.__setattr__(self, "source", source)  # a reference, not a submodule
+        self.delta = nn.Parameter(torch.zeros_like(source.weight))
+        self.padding_idx = source.padding_idx
+
+    @property
+    def weight(self) -> Tensor:
+        """``sg(E_G) + E_delta``: the discriminator's effective table (what export writes)."""
+        return self.source.weight.detach() + self.delta
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+
+
+def share_embeddings(owner: Embeddings, reader: Embeddings, mode: EmbeddingSharing) -> None:
+    """Make ``reader`` (ELECTRA's discriminator) use ``owner``'s (the generator's) input embeddings in place.
+
+    ``shared``: one token, position, segment table and one embedding norm for both (Clark et al. 2020, sec. 3.2:
+    "we share the embeddings (both the token and positional embeddings)"; the reference code shares the whole
+    ``embeddings`` scope). ``gdes``: the token table through :class:`GradientDisentangledEmbedding`, the rest
+    shared. ``none``: separate tables (the no-sharing row of both papers' ablations). Both need the same
+    embedding size; a smaller generator projects it to its own width (``Embeddings.project``).
+    """
+    if mode == "none":
+        return
+    if owner.token.weight.shape != reader.token.weight.shape:
+        raise ValueError(f"embedding sharing needs equal tables, got {tuple(owner.token.weight.shape)} and "
+                         f"{tuple(reader.token.weight.shape)}")
+    reader.token = owner.token if mode == "shared" else GradientDisentangledEmbedding(owner.token)
+    for part in SHARED_PARTS:
+        setattr(reader, part, getattr(owner, part))

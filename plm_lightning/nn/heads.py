@@ -1,4 +1,5 @@
-"""Output heads: the tied LM head with sparse prediction, and sentence-level classifiers (NSP/SOP)."""
+"""Output heads: the tied LM head with sparse prediction, sentence-level classifiers (NSP/SOP), the SpanBERT boundary
+head and ELECTRA's replaced-token detector."""
 
 from __future__ import annotations
 
@@ -87,3 +88,18 @@ class SpanBoundaryHead(nn.Module):
         h0 = torch.cat([hidden[rows, left[positions]], hidden[rows, right[positions]],
                         self.position(offset[positions].clamp(max=self.max_offset - 1))], dim=-1)
         return self.mlp(h0)
+
+
+class TokenDetectionHead(nn.Module):
+    """ELECTRA's discriminator head (Clark et al. 2020, sec. 2): ``D(x, t) = sigmoid(w^T act(W h_t))``, one logit per
+    token saying "this token was replaced" (``discriminator_predictions`` in the reference code)."""
+
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = ACTIVATIONS.get(cfg.activation, ACTIVATIONS["gelu"])
+        self.prediction = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """``[B, L, H]`` -> ``[B, L]`` logits."""
+        return self.prediction(self.act(self.dense(hidden))).squeeze(-1)

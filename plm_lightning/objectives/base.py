@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
+from plm_lightning.nn import BackboneConfig, LMHead, document_mask, get_preset, init_weights
 from plm_lightning.nn.flops import training_flops
 from plm_lightning.objectives.scale import apply_activation_checkpointing, apply_compile, apply_fully_shard
 
@@ -113,6 +113,22 @@ class PretrainingModule(L.LightningModule):
             raise ConfigError(f"model.init_weights_from: '{path}' does not fit this model: missing {missing[:4]}, "
                               f"unexpected {unexpected[:4]}")
 
+    def stacks(self) -> list[nn.Module]:
+        """The Transformer stacks the scale hooks (activation checkpointing, compile) wrap."""
+        return [self.backbone]
+
+    def run_stack(self, stack: nn.Module, batch: dict[str, Tensor], input_ids: Tensor | None = None) -> Tensor:
+        """Last hidden state of ``stack`` on the batch (or on ``input_ids`` in its place, e.g. ELECTRA's replaced
+        tokens), with the block-diagonal document mask when the batch packs several documents per row."""
+        extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
+        ids = batch["input_ids"] if input_ids is None else input_ids
+        out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), mask=extra)
+        return out.last_hidden_state
+
+    def loss_positions(self, batch: dict[str, Tensor]) -> Tensor:
+        """Boolean ``[B, L]``: the positions that carry a token-level loss (``inspect`` reports their share)."""
+        return batch["labels"] != IGNORE_INDEX
+
     def tie_weights(self) -> None:
         head = getattr(self, "lm_head", None)
         if isinstance(head, LMHead) and self.config.tie_word_embeddings:
@@ -150,10 +166,11 @@ class PretrainingModule(L.LightningModule):
             self._build_all()
         if getattr(self, "_scaled", False):
             return
-        if self.hparams.activation_checkpointing:
-            apply_activation_checkpointing(self.backbone)
-        if self.hparams.compile:
-            apply_compile(self.backbone)
+        for stack in self.stacks():
+            if self.hparams.activation_checkpointing:
+                apply_activation_checkpointing(stack)
+            if self.hparams.compile:
+                apply_compile(stack)
         mesh = self.device_mesh if self._device_mesh is not None else None
         if mesh is not None:
             apply_fully_shard(self, mesh)
@@ -202,13 +219,17 @@ class PretrainingModule(L.LightningModule):
         self._set_flops(batch, loss_tokens, backward=True)
         self.train_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
-        for name, value in out.items():
-            if name.endswith("loss") and name != "lm_loss":
-                self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
+        for name, value in self._scalars(out).items():
+            self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
         self.log("train/accuracy", self.train_accuracy, batch_size=bs)
         self.log("train/tokens_seen", float(self.tokens_seen), batch_size=bs)
         self.log("train/loss_tokens_seen", float(self.loss_tokens_seen), batch_size=bs)
         return out["loss"]
+
+    @staticmethod
+    def _scalars(out: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The per-batch scalars to log: the total and auxiliary losses and rates (``lm_*`` go to the epoch metrics)."""
+        return {k: v for k, v in out.items() if not k.startswith("lm_") and v.ndim == 0}
 
     def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
         """FLOPs of this batch, read by the ThroughputMFU callback after each step."""
@@ -222,9 +243,8 @@ class PretrainingModule(L.LightningModule):
         self.val_lm_loss.update(out["lm_loss"], weight=out["lm_targets"].numel())
         self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
         bs = batch["input_ids"].shape[0]
-        for name, value in out.items():
-            if name.endswith("loss") and name != "lm_loss":
-                self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
+        for name, value in self._scalars(out).items():
+            self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
         self.log("val/accuracy", self.val_accuracy, batch_size=bs)
 
     def on_validation_epoch_end(self) -> None:

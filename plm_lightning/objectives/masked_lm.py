@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn import Encoder, LMHead, SentenceHead, SpanBoundaryHead, document_mask
+from plm_lightning.nn import Encoder, LMHead, SentenceHead, SpanBoundaryHead
 from plm_lightning.objectives.base import PretrainingModule
 
 SENTENCE_PACKING = {"none": None, "nsp": "sentence_pairs", "sop": "sentence_order"}
@@ -62,9 +62,7 @@ class MaskedLM(PretrainingModule):
         self.sbo_bias = nn.Parameter(torch.zeros(self.config.vocab_size)) if self.span_boundary_objective else None
 
     def encode(self, batch: dict[str, Tensor]) -> Tensor:
-        extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
-        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), mask=extra)
-        return out.last_hidden_state
+        return self.run_stack(self.backbone, batch)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         hidden = self.encode(batch)
