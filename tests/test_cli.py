@@ -21,7 +21,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "gpt2"])
+@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -35,8 +35,14 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     for r in val:  # perplexity is exp of the LM cross-entropy alone, never of NSP or SBO added to it
         assert abs(float(r["val/perplexity"]) - math.exp(float(r["val/lm_loss"]))) < 1e-3 * float(r["val/perplexity"])
     checkpoint = torch.load(ckpt, weights_only=True)
-    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM")
+    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA")
     assert checkpoint["global_step"] == 40
+
+
+def test_electra_generator_divisor_must_divide_hidden_size(tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "electra.yaml"), "--trainer.max_steps", "1",
+                   "--model.generator_size_divisor", "3"], cwd=tmp_path)
+    _one_line_error(res, "model.generator_size_divisor=3", "hidden size 64")
 
 
 def test_print_config_shows_resolved_recipe(tmp_path):
@@ -120,7 +126,7 @@ def test_json_config_roundtrip_of_cli_defaults():
 
 
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
-                                              ("gpt2", "CausalLM")])
+                                              ("electra", "ELECTRA"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -129,7 +135,10 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
     required = {"objective", "tokens", "loss_tokens", "loss_fraction", "mask_token_fraction", "random_token_fraction",
                 "unchanged_fraction", "mean_span_length", "input_length_mean", "target_length_mean"}
     assert required <= set(stats) and stats["objective"] == objective
-    if recipe != "gpt2":
+    if recipe == "electra":  # the discriminator's loss is on every real token; 85% [MASK], 15% kept, no random
+        assert stats["loss_fraction"] == 1.0
+        assert abs(stats["mask_token_fraction"] - 0.85) < 0.03 and stats["random_token_fraction"] == 0.0
+    elif recipe != "gpt2":
         assert abs(stats["loss_fraction"] - 0.15) < 0.01
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05 and abs(stats["random_token_fraction"] - 0.1) < 0.04
     else:

@@ -35,7 +35,7 @@ def generator_config(disc: BackboneConfig, size_divisor: int, num_layers: int | 
     ``num_heads`` overrides the head count (e.g. to match a released generator)."""
     if size_divisor < 1 or disc.hidden_size % size_divisor:
         raise ConfigError(f"model.generator_size_divisor={size_divisor} does not divide the hidden size "
-                          f"{disc.hidden_size}; use a divisor of it (ELECTRA: 4 for small/base, 3 for large)")
+                          f"{disc.hidden_size}; use a divisor of it (ELECTRA: 4 for small and large, 3 for base)")
     hidden = disc.hidden_size // size_divisor
     heads = num_heads or max(1, hidden // 64)
     while hidden % heads:
@@ -55,8 +55,8 @@ class ELECTRA(PretrainingModule):
                  embedding_sharing: EmbeddingSharing = "shared", **kwargs) -> None:  # noqa: ANN003
         """
         Args:
-            generator_size_divisor: Generator hidden size = discriminator hidden size / this (paper: 4, i.e.
-                "1/4 the size of the discriminator", sec. 3.2 and Table 6).
+            generator_size_divisor: Generator hidden size = discriminator hidden size / this (Clark et al. 2020,
+                sec. 3.2 and Table 6: 1/4 for Small and Large, 1/3 for Base; 1/4 to 1/2 work best).
             generator_num_layers: Generator depth; null = the discriminator's (ELECTRA). DeBERTaV3 uses half.
             generator_num_heads: Generator attention heads; null = one per 64 dimensions (the reference code).
             rtd_weight: lambda of eq. 1 (50).
