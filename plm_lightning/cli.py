@@ -158,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
             PLMCLI(args=None if from_sys else argv)
     except SystemExit:
         raise
+    except BrokenPipeError:  # `inspect ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except Exception as err:  # noqa: BLE001 - the CLI's one-line error contract
         if os.environ.get("PLM_DEBUG"):
             raise

@@ -38,7 +38,7 @@ def run_import(argv: list[str]) -> None:
 
     info = import_hf(args.hf_dir, args.out_ckpt, args.generator)
     print(f"imported {args.hf_dir} ({info['family']}) into {info['checkpoint']}; continue pretraining with "
-          f"--model.init_weights_from {info['checkpoint']}")
+          f"--model.init_from {info['checkpoint']}")
 
 
 def run_inspect(argv: list[str]) -> None:

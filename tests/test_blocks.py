@@ -203,3 +203,75 @@ def test_layer_sharing_parameter_counts(sharing):
         assert enc.layers[1].ffn_norm is not enc.layers[0].ffn_norm  # norms stay per layer
     with pytest.raises(ValueError, match="layer_sharing"):
         cfg.replace(layer_sharing="everything")
+
+
+def _loss_batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 101, (3, 40), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 30:] = 0
+    labels = torch.full_like(ids, -100)
+    chosen = (torch.rand(ids.shape, generator=g) < 0.15) & mask.bool()
+    chosen[:, 0] = False
+    labels[chosen] = ids[chosen]
+    docs = torch.zeros_like(ids)
+    docs[:, 20:] = 1
+    docs[2, 30:] = -1
+    return {"input_ids": ids.masked_fill(chosen, 4), "labels": labels, "attention_mask": mask, "document_ids": docs,
+            "token_type_ids": (torch.arange(40) >= 20).long().expand(3, 40), "sentence_label": torch.tensor([0, 1, 0])}
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"objective": "MaskedLM", "backbone": "tiny", "sentence_prediction": "nsp"},
+    {"objective": "MaskedLM", "backbone": "tiny-albert", "sentence_prediction": "sop"},
+    {"objective": "MaskedLM", "backbone": "tiny", "backbone_overrides": {"norm_position": "pre", "position_embedding": "rope"}},
+    {"objective": "ELECTRA", "backbone": "tiny"},
+], ids=["bert-nsp", "albert-sop", "prenorm-rope", "electra"])
+def test_sparse_final_layer_gives_the_same_loss_and_gradients(kwargs):
+    """The last layer run only at the loss positions (+ [CLS]) is the dense computation restricted to them."""
+    from plm_lightning import objectives
+
+    kwargs = dict(kwargs)
+    cls = getattr(objectives, kwargs.pop("objective"))
+    overrides = {"dropout": 0.0, "attention_dropout": 0.0, **kwargs.pop("backbone_overrides", {})}
+    sparse = cls(vocab_size=101, backbone_overrides=overrides, **kwargs)
+    dense = cls(vocab_size=101, backbone_overrides=overrides, sparse_final_layer=False, **kwargs)
+    dense.load_state_dict(sparse.state_dict())
+    losses = []
+    for module in (sparse, dense):
+        torch.manual_seed(0)  # ELECTRA samples its replacements
+        out = module.compute_loss(_loss_batch())
+        out["loss"].backward()
+        losses.append(out)
+    assert torch.allclose(losses[0]["loss"], losses[1]["loss"], atol=1e-5)
+    assert torch.allclose(losses[0]["lm_logits"], losses[1]["lm_logits"], atol=1e-5)
+    grads = {n: p.grad for n, p in dense.named_parameters()}
+    for name, p in sparse.named_parameters():
+        assert (p.grad is None) == (grads[name] is None), name
+        if p.grad is not None:
+            assert torch.allclose(p.grad, grads[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_unpadding_matches_the_padded_computation(sparse):
+    """ModernBERT's unpadding: the real tokens' outputs and every gradient equal the padded computation's."""
+    from plm_lightning.objectives import MaskedLM
+
+    overrides = {"local_attention_window": 8, "pad_token_id": 0}
+    unpadded = MaskedLM(backbone="tiny-modernbert", vocab_size=101, sparse_final_layer=sparse,
+                        backbone_overrides=overrides)
+    padded = MaskedLM(backbone="tiny-modernbert", vocab_size=101, sparse_final_layer=sparse,
+                      backbone_overrides={**overrides, "unpad": False})
+    padded.load_state_dict(unpadded.state_dict())
+    batch = _loss_batch()
+    batch.pop("token_type_ids")
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a = unpadded.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        b = padded.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    assert torch.allclose(a[real], b[real], atol=1e-5) and not a[~real].any()
+    for module in (unpadded, padded):
+        module.compute_loss(batch)["loss"].backward()
+    grads = dict(padded.named_parameters())
+    for name, p in unpadded.named_parameters():
+        assert torch.allclose(p.grad, grads[name].grad, atol=1e-5), name

@@ -21,7 +21,8 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "gpt2"])
+@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
+                                    "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -126,7 +127,7 @@ def test_json_config_roundtrip_of_cli_defaults():
 
 
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
-                                              ("electra", "ELECTRA"), ("gpt2", "CausalLM")])
+                                              ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -138,6 +139,8 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
     if recipe == "electra":  # the discriminator's loss is on every real token; 85% [MASK], 15% kept, no random
         assert stats["loss_fraction"] == 1.0
         assert abs(stats["mask_token_fraction"] - 0.85) < 0.03 and stats["random_token_fraction"] == 0.0
+    elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
+        assert abs(stats["loss_fraction"] - 0.30) < 0.01
     elif recipe != "gpt2":
         assert abs(stats["loss_fraction"] - 0.15) < 0.01
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05 and abs(stats["random_token_fraction"] - 0.1) < 0.04
@@ -181,8 +184,16 @@ def test_export_and_import_commands(tmp_path):
     assert res.returncode == 0, res.stderr
     # continued pretraining from the imported weights, with the exported tokenizer
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
-                   "--data.seq_len", "64", "--model.init_weights_from", str(tmp_path / "back.ckpt"),
+                   "--data.seq_len", "64", "--model.init_from", str(tmp_path / "back.ckpt"),
                    "--data.tokenizer", str(tmp_path / "hf")], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
+    # or straight from the transformers directory
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
+                   "--data.seq_len", "64", "--model.init_from", str(tmp_path / "hf"),
+                   "--data.tokenizer", str(tmp_path / "hf")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
+                   "--model.init_from", str(tmp_path / "nowhere")], cwd=tmp_path)
+    _one_line_error(res, "model.init_from", "nowhere", "transformers model directory")
     res = run_cli(["export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")], cwd=tmp_path)
     _one_line_error(res, "nope.ckpt")

@@ -28,6 +28,10 @@ def _hf(kind):
     elif kind == "albert":
         cfg = transformers.AlbertConfig(**SMALL, embedding_size=16, max_position_embeddings=64, hidden_act="gelu_new")
         model = transformers.AlbertForPreTraining(cfg)
+    elif kind == "modernbert":
+        ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+        cfg = transformers.ModernBertConfig(**{**SMALL, "num_hidden_layers": 3}, local_attention=8, **ids)
+        model = transformers.ModernBertForMaskedLM(cfg)
     elif kind == "electra":
         cfg = transformers.ElectraConfig(**SMALL, embedding_size=16, max_position_embeddings=64)
         model = transformers.ElectraForPreTraining(cfg)
@@ -78,7 +82,8 @@ def _hf_logits(model, ids, mask, types):
     with torch.no_grad():
         if isinstance(model, transformers.GPT2LMHeadModel):
             return model(input_ids=ids).logits, None
-        kwargs = {} if isinstance(model, transformers.RobertaForMaskedLM) else {"token_type_ids": types}
+        no_types = (transformers.RobertaForMaskedLM, transformers.ModernBertForMaskedLM)
+        kwargs = {} if isinstance(model, no_types) else {"token_type_ids": types}
         out = model(input_ids=ids, attention_mask=mask, **kwargs)
         if isinstance(model, transformers.BertForPreTraining):
             return out.prediction_logits, out.seq_relationship_logits
@@ -101,7 +106,7 @@ def _close(a, b, mask):
     return (a[real] - b[real]).abs().max().item()
 
 
-HF_KINDS = ["bert", "roberta", "albert", "electra", "electra-generator", "gpt2"]
+HF_KINDS = ["bert", "roberta", "albert", "electra", "electra-generator", "modernbert", "gpt2"]
 
 
 @pytest.mark.parametrize("kind", HF_KINDS)
@@ -128,7 +133,7 @@ def test_import_then_export_matches_transformers(kind, tmp_path):
         assert (c_nsp - b_nsp).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "albert", "gpt2"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "albert", "modernbert", "gpt2"])
 def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
     """A model built the way our recipes build it (random init, our tokenizer roles) loads in transformers."""
     torch.manual_seed(3)
@@ -138,6 +143,9 @@ def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
         module = MaskedLM(backbone="tiny", vocab_size=101, sentence_prediction="nsp")
     elif kind == "albert":
         module = MaskedLM(backbone="tiny-albert", vocab_size=101, sentence_prediction="sop")
+    elif kind == "modernbert":
+        module = MaskedLM(backbone="tiny-modernbert", vocab_size=101, backbone_overrides={"local_attention_window": 8,
+                                                                                          "pad_token_id": 0})
     else:
         module = MaskedLM(backbone="tiny", vocab_size=101, backbone_overrides={"type_vocab_size": 1, "pad_token_id": 1})
     module.eval()
@@ -189,3 +197,17 @@ def test_electra_exports_discriminator_and_generator(sharing, tmp_path):
         assert _close(a, ours_rtd, mask) <= TOL
         with torch.no_grad():
             assert _close(back.lm_head(back.run_stack(back.generator, batch)), ours_mlm, mask) <= TOL
+
+
+def test_continued_pretraining_from_a_transformers_directory(tmp_path):
+    """``init_from`` a BertForPreTraining directory into an MLM-only recipe: the backbone and MLM head load exactly
+    (same logits), the NSP head is dropped with a warning."""
+    hf = _hf("bert")
+    hf.save_pretrained(tmp_path / "hf")
+    with pytest.warns(UserWarning, match="sentence_head"):
+        module = MaskedLM(backbone="tiny", init_from=str(tmp_path / "hf")).eval()
+    assert module.sentence_head is None and module.config.hidden_size == 32
+    ids, mask, types = _inputs("bert")
+    assert _close(_ours_logits(module, ids, mask, types)[0], _hf_logits(hf, ids, mask, types)[0], mask) <= TOL
+    with pytest.raises(Exception, match="holds a MaskedLM checkpoint; this recipe's objective is ELECTRA"):
+        ELECTRA(backbone="tiny", init_from=str(tmp_path / "hf"))

@@ -1,7 +1,7 @@
 """Hugging Face `transformers` layouts <-> our state dicts, kept beside the model, never inside it (torchtitan's
 state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
 ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
-`ElectraForMaskedLM` generator) and GPT-2 (`GPT2LMHeadModel`).
+`ElectraForMaskedLM` generator), ModernBERT (`ModernBertForMaskedLM`) and GPT-2 (`GPT2LMHeadModel`).
 Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
@@ -87,7 +87,8 @@ LAYOUTS: dict[str, EncoderLayout] = {
                                     *_ALBERT_MLM_HEAD, *_wb("sentence_head.pooler.dense", "albert.pooler"),
                                     *_wb("sentence_head.classifier", "sop_classifier.classifier"))),
 }
-ARCHITECTURES = {**{k: v.architecture for k, v in LAYOUTS.items()}, "gpt2": "GPT2LMHeadModel"}
+ARCHITECTURES = {**{k: v.architecture for k, v in LAYOUTS.items()}, "gpt2": "GPT2LMHeadModel",
+                 "modernbert": "ModernBertForMaskedLM"}
 _BY_ARCHITECTURE = {v.architecture: k for k, v in LAYOUTS.items()}
 
 
@@ -121,6 +122,25 @@ def _gpt2_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
     return pairs
 
 
+def _modernbert_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
+    """ModernBERT (``ModernBertForMaskedLM``), except each layer's fused GeGLU input ``mlp.Wi`` (split, not renamed)."""
+
+    def lin(ours: str, hf: str) -> list[tuple[str, str]]:
+        return _wb(ours, hf) if cfg.bias else [(f"{ours}.weight", f"{hf}.weight")]
+
+    pairs = [("backbone.embeddings.token.weight", "model.embeddings.tok_embeddings.weight"),
+             *lin("backbone.embeddings.norm", "model.embeddings.norm"), *lin("backbone.final_norm", "model.final_norm"),
+             *lin("lm_head.dense", "head.dense"), *lin("lm_head.norm", "head.norm"), ("lm_head.bias", "decoder.bias"),
+             ("lm_head.weight", "decoder.weight")]
+    for i in range(cfg.num_layers):
+        ours, hf = f"backbone.layers.{i}", f"model.layers.{i}"
+        if i > 0 or cfg.first_attention_norm:
+            pairs += lin(f"{ours}.self_attn_norm", f"{hf}.attn_norm")
+        pairs += [*lin(f"{ours}.self_attn.qkv_proj", f"{hf}.attn.Wqkv"), *lin(f"{ours}.self_attn.o_proj", f"{hf}.attn.Wo"),
+                  *lin(f"{ours}.ffn_norm", f"{hf}.mlp_norm"), *lin(f"{ours}.ffn.fc_out", f"{hf}.mlp.Wo")]
+    return pairs
+
+
 def _is_conv1d(hf_key: str) -> bool:
     return hf_key.endswith(".weight") and any(s in hf_key for s in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
 
@@ -137,6 +157,14 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         return "gpt2"
     if objective not in ("MaskedLM", "ELECTRA"):
         raise ConfigError(f"export: no transformers counterpart is wired for objective {objective!r}")
+    if objective == "MaskedLM" and cfg.position_embedding == "rope":
+        wanted = dict(norm_position="pre", norm="layernorm", activation="geglu", type_vocab_size=0, embedding_norm=True,
+                      embedding_size=None, layer_sharing="none", first_attention_norm=False)
+        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+        if bad or sentence_prediction != "none":
+            raise ConfigError(f"export: a RoPE MaskedLM exports as ModernBertForMaskedLM, which it differs from in "
+                              f"{bad or ['sentence_prediction']}")
+        return "modernbert"
     wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True)
     bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.activation not in ("gelu", "relu", "gelu_new"):
@@ -176,6 +204,13 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
             t = state[ours]
             out[hf] = t.t().contiguous() if _is_conv1d(hf) else t.clone()
         return out
+    if family == "modernbert":
+        out = {hf: state[ours].clone() for ours, hf in _modernbert_pairs(cfg)}
+        for i in range(cfg.num_layers):  # Wi = [activated half; linear half]: act(input) * gate in transformers
+            for kind in ("weight", "bias") if cfg.bias else ("weight",):
+                out[f"model.layers.{i}.mlp.Wi.{kind}"] = torch.cat(
+                    [state[f"backbone.layers.{i}.ffn.fc_gate.{kind}"], state[f"backbone.layers.{i}.ffn.fc_in.{kind}"]])
+        return out
     layout = LAYOUTS[family]
     for ours, hf in _encoder_pairs(cfg, layout):
         if ours in state:
@@ -208,6 +243,15 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
             t = hf[key]
             out[ours] = t.t().contiguous() if _is_conv1d(key) else t.clone()
         return out
+    if family == "modernbert":
+        for ours, key in _modernbert_pairs(cfg):
+            out[ours] = hf[key if key in hf or key != "decoder.weight" else "model.embeddings.tok_embeddings.weight"].clone()
+        for i in range(cfg.num_layers):
+            for kind in ("weight", "bias") if cfg.bias else ("weight",):
+                gate, inner = hf[f"model.layers.{i}.mlp.Wi.{kind}"].chunk(2, dim=0)
+                out[f"backbone.layers.{i}.ffn.fc_gate.{kind}"] = gate.clone()
+                out[f"backbone.layers.{i}.ffn.fc_in.{kind}"] = inner.clone()
+        return out
     layout = LAYOUTS[family]
     base = layout.base
     for ours, key in _encoder_pairs(cfg, layout):
@@ -234,6 +278,8 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
                 "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attention_dropout,
                 "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.initializer_range,
                 "bos_token_id": special_ids.get("bos", eos), "eos_token_id": eos, "tie_word_embeddings": True}
+    if family == "modernbert":
+        return _modernbert_config(cfg, special_ids)
     layout = LAYOUTS[family]
     config = {"model_type": layout.model_type, "architectures": [arch], "vocab_size": cfg.vocab_size,
               "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
@@ -253,6 +299,49 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
     return config
 
 
+def _modernbert_config(cfg: BackboneConfig, special_ids: dict[str, int]) -> dict[str, Any]:
+    local = cfg.local_rope_theta if cfg.local_rope_theta is not None else cfg.rope_theta
+    every = cfg.global_attention_every if cfg.local_attention_window is not None else 1
+    return {"model_type": "modernbert", "architectures": ["ModernBertForMaskedLM"], "vocab_size": cfg.vocab_size,
+            "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads, "hidden_activation": "gelu",
+            "classifier_activation": "gelu", "max_position_embeddings": cfg.max_position_embeddings,
+            "norm_eps": cfg.norm_eps, "norm_bias": cfg.bias, "attention_bias": cfg.bias, "mlp_bias": cfg.bias,
+            "classifier_bias": cfg.bias, "decoder_bias": True, "embedding_dropout": cfg.dropout,
+            "mlp_dropout": 0.0, "attention_dropout": cfg.attention_dropout, "initializer_range": cfg.initializer_range,
+            "global_rope_theta": cfg.rope_theta, "local_rope_theta": local,
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": local}},
+            "local_attention": cfg.local_attention_window or cfg.max_position_embeddings * 2,
+            "global_attn_every_n_layers": every,
+            "layer_types": ["full_attention" if cfg.is_global_layer(i) else "sliding_attention"
+                            for i in range(cfg.num_layers)],
+            "pad_token_id": cfg.pad_token_id, "cls_token_id": special_ids.get("cls", cfg.pad_token_id),
+            "sep_token_id": special_ids.get("sep", cfg.pad_token_id), "bos_token_id": special_ids.get("cls"),
+            "eos_token_id": special_ids.get("sep"), "tie_word_embeddings": True}
+
+
+def _modernbert_from_config(config: dict[str, Any]) -> BackboneConfig:
+    rope = config.get("rope_parameters") or {}
+    global_theta = rope.get("full_attention", {}).get("rope_theta", config.get("global_rope_theta", 160000.0))
+    local_theta = rope.get("sliding_attention", {}).get("rope_theta", config.get("local_rope_theta", 10000.0))
+    if config.get("hidden_activation", "gelu") != "gelu" or config.get("classifier_activation", "gelu") != "gelu":
+        raise ConfigError("import: only ModernBERT with gelu activations (GeGLU) is supported")
+    biases = {config.get(k, False) for k in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias")}
+    if len(biases) != 1:
+        raise ConfigError("import: ModernBERT with some biases on and others off is not supported")
+    return BackboneConfig(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"], intermediate_size=config["intermediate_size"],
+        max_position_embeddings=config.get("max_position_embeddings", 8192), type_vocab_size=0,
+        position_embedding="rope", rope_theta=global_theta, local_rope_theta=local_theta,
+        local_attention_window=config.get("local_attention", 128),
+        global_attention_every=config.get("global_attn_every_n_layers", 3), norm_eps=config.get("norm_eps", 1e-5),
+        norm_position="pre", first_attention_norm=False, activation="geglu", bias=biases.pop(),
+        dropout=config.get("embedding_dropout", 0.0), attention_dropout=config.get("attention_dropout", 0.0),
+        initializer_range=config.get("initializer_range", 0.02), pad_token_id=config.get("pad_token_id") or 0, unpad=True)
+
+
 DEFAULT_FAMILY = {"bert": "bert", "roberta": "roberta", "electra": "electra", "albert": "albert"}
 
 
@@ -270,9 +359,11 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
                              initializer_range=config.get("initializer_range", 0.02),
                              pad_token_id=config.get("eos_token_id") or 0)
         return "gpt2", cfg, "CausalLM"
+    if model_type == "modernbert":
+        return "modernbert", _modernbert_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
-                          f"{', '.join([*DEFAULT_FAMILY, 'gpt2'])}")
+                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'gpt2'])}")
     archs = config.get("architectures") or []
     family = next((_BY_ARCHITECTURE[a] for a in archs if a in _BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
     pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0

@@ -137,9 +137,14 @@ def _electra_generator(gen_dir: str | Path, disc: BackboneConfig) -> tuple[dict[
     return hparams, ours
 
 
-def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Path | None = None) -> dict[str, Any]:
-    """Convert a transformers BERT/RoBERTa/ALBERT/ELECTRA/GPT-2 directory into a plm_lightning checkpoint (weights,
-    backbone and tokenizer) that ``--model.init_weights_from`` and ``load_from_checkpoint`` accept.
+def is_hf_directory(path: str | Path) -> bool:
+    """A transformers model directory on disk (``config.json`` beside the weights)."""
+    return Path(path).is_dir() and (Path(path) / "config.json").is_file()
+
+
+def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None) -> dict[str, Any]:
+    """A transformers BERT/RoBERTa/ALBERT/ELECTRA/GPT-2 directory as an in-memory plm_lightning checkpoint (weights,
+    backbone, tokenizer), what ``import`` writes and ``--model.init_from`` reads.
 
     An ``ElectraForPreTraining`` discriminator becomes an ELECTRA checkpoint; its generator comes from
     ``generator_dir`` (an ``ElectraForMaskedLM``) or, without one, starts from random weights at 1/4 width.
@@ -174,17 +179,23 @@ def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Pat
     missing = [k for k in missing if not k.startswith(allowed)]
     if missing or unexpected:
         raise ConfigError(f"import: weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    meta: dict[str, Any] = {"objective": objective, "backbone": cfg.to_dict(), "tokens_seen": 0,
+    meta: dict[str, Any] = {"objective": objective, "family": family, "backbone": cfg.to_dict(), "tokens_seen": 0,
                             "loss_tokens_seen": 0, "imported_from": str(directory.resolve())}
     if (directory / "tokenizer.json").is_file():
         tok = TextTokenizer.load(directory)
         meta["tokenizer"] = {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}
-    checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": {**dict(module.hparams),
-                  "_class_path": f"{cls.__module__}.{cls.__name__}"}, CHECKPOINT_KEY: meta,
-                  "pytorch-lightning_version": L.__version__, "epoch": 0, "global_step": 0}
-    out = Path(out_ckpt)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    return {"state_dict": module.state_dict(), "hyper_parameters": {**dict(module.hparams),
+            "_class_path": f"{cls.__module__}.{cls.__name__}"}, CHECKPOINT_KEY: meta,
+            "pytorch-lightning_version": L.__version__, "epoch": 0, "global_step": 0}
+
+
+def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Path | None = None) -> dict[str, Any]:
+    """Write :func:`hf_to_checkpoint` of ``hf_dir`` to ``out_ckpt`` (atomically)."""
     from plm_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 
+    checkpoint = hf_to_checkpoint(hf_dir, generator_dir)
+    out = Path(out_ckpt)
+    out.parent.mkdir(parents=True, exist_ok=True)
     AtomicCheckpointIO().save_checkpoint(checkpoint, out)
-    return {"family": family, "objective": objective, "checkpoint": str(out)}
+    meta = checkpoint[CHECKPOINT_KEY]
+    return {"family": meta["family"], "objective": meta["objective"], "checkpoint": str(out)}

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.masks import causal_mask, combine, to_additive
 from plm_lightning.nn.positions import apply_rotary
+from plm_lightning.nn.unpad import Unpadding
 
 BACKENDS = ("auto", "eager", "sdpa", "xformers")
 
@@ -71,6 +72,19 @@ def xformers_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, is_
     return out.transpose(1, 2)
 
 
+def take_rows(x: Tensor, index: Tensor) -> Tensor:
+    """``x`` ``[B, L, ...]`` at per-row positions ``index`` ``[B, K]`` -> ``[B, K, ...]``."""
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], index]
+
+
+def take_query_rows(t: Tensor | None, index: Tensor) -> Tensor | None:
+    """A mask or bias ``[B|1, H|1, Lq|1, Lk]`` restricted to the queries at ``index`` ``[B, K]``."""
+    if t is None or t.shape[-2] == 1:
+        return t
+    t = t.expand(index.shape[0], *t.shape[1:])
+    return t.gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[-1]))
+
+
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention. Self-attention projects q, k, v with one fused matmul (``qkv_proj``, the GPT-2
     ``c_attn`` layout); cross-attention projects q from the decoder and k, v (fused ``kv_proj``) from the encoder.
@@ -115,19 +129,45 @@ class MultiHeadAttention(nn.Module):
         position_bias: Tensor | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
         kv: Tensor | None = None,
+        query_index: Tensor | None = None,
+        unpadding: Unpadding | None = None,
     ) -> Tensor:
+        """``query_index`` ``[B, K]``: compute the output only for these query positions (keys and values still
+        come from every position), returning ``[B, K, H]``. ``unpadding``: ``x`` is ``[1, T, H]`` (real tokens
+        only); the kernel runs on the re-padded layout and the output is unpadded again."""
+        h = self.hidden_size
+        if unpadding is not None:
+            if self.cross_attention or query_index is not None:
+                raise ValueError("unpadding is for self-attention over every position")
+            qkv = unpadding.pad(self.qkv_proj(x))
+            q, k, v = (self._heads(t) for t in qkv.split(h, dim=-1))
+            if rope is not None:
+                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            out = self.attend(q, k, v, mask, is_causal, position_bias)
+            return self.o_proj(unpadding.unpad(out.transpose(1, 2).flatten(2)))
         if self.cross_attention:
             if kv is None:
                 raise ValueError("cross-attention needs kv (the encoder output)")
-            q = self.q_proj(x)
-            k, v = self.kv_proj(kv).split(self.hidden_size, dim=-1)
-        else:
-            if kv is not None:
-                raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
-            q, k, v = self.qkv_proj(x).split(self.hidden_size, dim=-1)
+            q = self.q_proj(x if query_index is None else take_rows(x, query_index))
+            k, v = self.kv_proj(kv).split(h, dim=-1)
+        elif kv is not None:
+            raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
+        elif query_index is None:
+            q, k, v = self.qkv_proj(x).split(h, dim=-1)
+        else:  # the fused weight's first third projects the queries
+            w, b = self.qkv_proj.weight, self.qkv_proj.bias
+            q = F.linear(take_rows(x, query_index), w[:h], None if b is None else b[:h])
+            k, v = F.linear(x, w[h:], None if b is None else b[h:]).split(h, dim=-1)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        rope_q = rope
+        if query_index is not None:
+            if is_causal:
+                raise ValueError("query_index is for bidirectional attention; pass the causal mask in `mask`")
+            mask, position_bias = take_query_rows(mask, query_index), take_query_rows(position_bias, query_index)
+            if rope is not None:
+                rope_q = tuple(take_rows(t.expand(query_index.shape[0], *t.shape[-2:]), query_index) for t in rope)
         if rope is not None:
-            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            q, k = apply_rotary(q, *rope_q), apply_rotary(k, *rope)
         out = self.attend(q, k, v, mask, is_causal, position_bias)
         b, _, n, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))

@@ -15,9 +15,10 @@ from torch import Tensor, nn
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.embeddings import Embeddings
-from plm_lightning.nn.masks import combine, padding_mask
+from plm_lightning.nn.masks import combine, padding_mask, sliding_window_mask
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
+from plm_lightning.nn.unpad import Unpadding
 
 
 @dataclass
@@ -36,13 +37,19 @@ class TransformerStack(nn.Module):
         self.cfg, self.causal = cfg, causal
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
         num_blocks = 1 if cfg.layer_sharing == "all" else cfg.num_layers
-        self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention) for _ in range(num_blocks))
+        self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention, attention_norm=cfg.first_attention_norm or i > 0)
+                                    for i in range(num_blocks))
         if cfg.layer_sharing in ("attention", "ffn"):  # one sub-layer module object in every block
             name = "self_attn" if cfg.layer_sharing == "attention" else "ffn"
             for block in self.layers[1:]:
                 setattr(block, name, getattr(self.layers[0], name))
         self.final_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cfg.is_pre_norm else None
-        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if cfg.position_embedding == "rope" else None
+        rope = cfg.position_embedding == "rope"
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if rope else None
+        local_theta = cfg.local_rope_theta if cfg.local_rope_theta is not None else cfg.rope_theta
+        self.local_rotary = (RotaryEmbedding(cfg.head_dim, local_theta)
+                             if rope and cfg.local_attention_window is not None and local_theta != cfg.rope_theta
+                             else None)
         self.relative_bias = (
             RelativePositionBias(cfg.num_heads, cfg.relative_attention_num_buckets,
                                  cfg.relative_attention_max_distance, bidirectional=not causal)
@@ -63,10 +70,14 @@ class TransformerStack(nn.Module):
         causal: bool | None = None,
         encoder_out: Tensor | None = None,
         encoder_attention_mask: Tensor | None = None,
+        output_positions: Tensor | None = None,
     ) -> BackboneOutput:
         """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
 
-        ``causal`` overrides the stack's default mask shape.
+        ``causal`` overrides the stack's default mask shape. ``output_positions`` ``[B, K]``: the last block computes
+        its output only at these positions (they still attend to every position), so ``last_hidden_state`` is
+        ``[B, K, H]``. Exact for a loss that reads only those positions (MLM: the masked ones, + [CLS] for NSP/SOP),
+        and it skips ~85% of the last layer's queries, output projection and feed-forward.
         """
         causal = self.causal if causal is None else causal
         length = input_ids.shape[1]
@@ -76,21 +87,41 @@ class TransformerStack(nn.Module):
             raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
                              f"{self.cfg.max_position_embeddings}")
         self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
-        rope = None
+        rope = local_rope = None
         if self.rotary is not None:
             pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
-            rope = self.rotary(pos)
+            rope = local_rope = self.rotary(pos)
+            if self.local_rotary is not None:
+                local_rope = self.local_rotary(pos)
+        local_mask = self_mask
+        if self.cfg.local_attention_window is not None:
+            window = sliding_window_mask(length, self.cfg.local_attention_window, causal, input_ids.device)
+            local_mask = combine(self_mask, window)
         bias = self.relative_bias(length, length, input_ids.device) if self.relative_bias is not None else None
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden = [x]
-        for block in self.blocks():
-            x = block(x, mask=self_mask, is_causal=causal, position_bias=bias, rope=rope,
-                      encoder_out=encoder_out, encoder_mask=enc_mask)
-            hidden.append(x)
+        unpadding = None
+        if self.cfg.unpad and attention_mask is not None and encoder_out is None:
+            unpadding = Unpadding.from_attention_mask(attention_mask)
+            x = unpadding.unpad(x)
+        blocks = self.blocks()
+        for i, block in enumerate(blocks):
+            last = i == len(blocks) - 1
+            if unpadding is not None and last and output_positions is not None:
+                x, unpadding = unpadding.pad(x), None  # the sparse last layer indexes the padded layout
+            is_global = self.cfg.is_global_layer(i)
+            x = block(x, mask=self_mask if is_global else local_mask, is_causal=causal and is_global,
+                      position_bias=bias, rope=rope if is_global else local_rope, encoder_out=encoder_out,
+                      encoder_mask=enc_mask, query_index=output_positions if last else None,
+                      **({"unpadding": unpadding} if unpadding is not None else {}))
+            hidden.append(x if unpadding is None else unpadding.pad(x))
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if unpadding is not None:
+            x = unpadding.pad(x)
+        if self.final_norm is not None:
             hidden[-1] = x
         return BackboneOutput(x, tuple(hidden))
 

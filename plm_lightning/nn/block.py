@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from plm_lightning.nn.attention import MultiHeadAttention
+from plm_lightning.nn.attention import MultiHeadAttention, take_rows
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.norms import make_norm
+from plm_lightning.nn.unpad import Unpadding
 
 
 class TransformerBlock(nn.Module):
     """Post-norm: ``x = norm(x + drop(f(x)))`` (Vaswani et al. 2017, BERT).
     Pre-norm: ``x = x + drop(f(norm(x)))`` (GPT-2, Radford et al. 2019 sec. 2.3; Xiong et al. 2020)."""
 
-    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False) -> None:
+    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False, attention_norm: bool = True) -> None:
+        """``attention_norm=False`` leaves out the pre-norm before self-attention (ModernBERT's first layer)."""
         super().__init__()
         self.pre_norm = cfg.is_pre_norm
         t5_scaling = cfg.position_embedding == "t5_relative"
@@ -24,17 +26,21 @@ class TransformerBlock(nn.Module):
                                       cfg.attention_backend, scale=1.0 if t5_scaling else None, cross_attention=cross)
 
         self.self_attn = attention(cross=False)
-        self.self_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+        self.self_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if attention_norm
+                               else nn.Identity())
         self.cross_attn = attention(cross=True) if cross_attention else None
         self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias)
         self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def _residual(self, x: Tensor, norm: nn.Module, fn, *args, **kwargs) -> Tensor:  # noqa: ANN001
+    def _residual(self, x: Tensor, norm: nn.Module, fn, *args, skip: Tensor | None = None,  # noqa: ANN001
+                  **kwargs) -> Tensor:
+        """``skip`` is the residual stream when it differs from ``fn``'s input (queries at a subset of positions)."""
+        skip = x if skip is None else skip
         if self.pre_norm:
-            return x + self.dropout(fn(norm(x), *args, **kwargs))
-        return norm(x + self.dropout(fn(x, *args, **kwargs)))
+            return skip + self.dropout(fn(norm(x), *args, **kwargs))
+        return norm(skip + self.dropout(fn(x, *args, **kwargs)))
 
     def forward(
         self,
@@ -46,9 +52,15 @@ class TransformerBlock(nn.Module):
         encoder_out: Tensor | None = None,
         encoder_mask: Tensor | None = None,
         encoder_position_bias: Tensor | None = None,
+        query_index: Tensor | None = None,
+        unpadding: Unpadding | None = None,
     ) -> Tensor:
+        """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
+        ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``)."""
+        skip = take_rows(x, query_index) if query_index is not None else None
+        extra = {"unpadding": unpadding} if unpadding is not None else {}
         x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,
-                           position_bias=position_bias, rope=rope)
+                           position_bias=position_bias, rope=rope, query_index=query_index, skip=skip, **extra)
         if self.cross_attn is not None:
             if encoder_out is None:
                 raise ValueError("this block has cross-attention: pass encoder_out")

@@ -53,6 +53,16 @@ class BackboneConfig:
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     rope_theta: float = 10000.0
+    local_rope_theta: float | None = None
+    """RoPE base of the sliding-window layers (ModernBERT: 10k, with 160k in the global layers); None = rope_theta."""
+    local_attention_window: int | None = None
+    """Sliding-window self-attention, ``|i - j| <= window // 2`` (ModernBERT: 128), in every layer except each
+    ``global_attention_every``-th (counting from layer 0); None = global attention everywhere."""
+    global_attention_every: int = 1
+    unpad: bool = False
+    """Run the token-wise layers on the real tokens only (ModernBERT's unpadding; ``plm_lightning.nn.unpad``)."""
+    first_attention_norm: bool = True
+    """Pre-norm before the first layer's attention; ModernBERT drops it (its embedding output is already normed)."""
     attention_backend: AttentionBackend = "auto"
     pad_token_id: int = 0
 
@@ -64,13 +74,20 @@ class BackboneConfig:
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
                 "choose num_heads that divides hidden_size"
             )
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        if self.local_attention_window is not None and self.local_attention_window < 2:
+            raise ValueError(f"local_attention_window={self.local_attention_window} must be >= 2 (or null)")
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "global_attention_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    def is_global_layer(self, index: int) -> bool:
+        """Whether layer ``index`` attends globally (always, without a local window)."""
+        return self.local_attention_window is None or index % self.global_attention_every == 0
 
     @property
     def is_pre_norm(self) -> bool:
@@ -101,6 +118,18 @@ def _gpt2(**kw: Any) -> BackboneConfig:
         embedding_norm=False,
         activation="gelu_new",
         scale_residual_init=True,
+    )
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
+def _modernbert(**kw: Any) -> BackboneConfig:
+    base = dict(
+        vocab_size=50368, hidden_size=768, num_layers=22, num_heads=12, intermediate_size=1152,
+        max_position_embeddings=8192, type_vocab_size=0, position_embedding="rope", rope_theta=160000.0,
+        local_rope_theta=10000.0, local_attention_window=128, global_attention_every=3, norm_eps=1e-5,
+        norm_position="pre", first_attention_norm=False, activation="geglu", bias=False, dropout=0.0,
+        attention_dropout=0.0, pad_token_id=50283, unpad=True,
     )
     base.update(kw)
     return BackboneConfig(**base)
@@ -137,6 +166,12 @@ PRESETS: dict[str, BackboneConfig] = {
     "electra-small": _bert(hidden_size=256, num_heads=4, intermediate_size=1024, embedding_size=128),
     "electra-base": _bert(),
     "electra-large": _bert(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    # Warner et al. 2024 (ModernBERT), Table 1 / the released configs: pre-norm, no biases, GeGLU, RoPE 160k global /
+    # 10k local, 128-token windows with global attention every third layer, no dropout
+    "tiny-modernbert": _modernbert(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=128,
+                                   max_position_embeddings=1024, vocab_size=4096),
+    "modernbert-base": _modernbert(),
+    "modernbert-large": _modernbert(hidden_size=1024, num_layers=28, num_heads=16, intermediate_size=2624),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),

@@ -34,7 +34,7 @@ class Embeddings(nn.Module):
         elif cfg.position_embedding == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_table(cfg.max_position_embeddings, dim), persistent=False)
         self.kind = cfg.position_embedding
-        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps) if cfg.embedding_norm else None
+        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 

@@ -23,9 +23,9 @@ class LMHead(nn.Module):
     def __init__(self, cfg: BackboneConfig, transform: bool = True, bias: bool = True) -> None:
         super().__init__()
         dim = cfg.embedding_size or cfg.hidden_size
-        self.dense = nn.Linear(cfg.hidden_size, dim) if transform else None
+        self.dense = nn.Linear(cfg.hidden_size, dim, bias=cfg.bias) if transform else None
         self.act = ACTIVATIONS["gelu" if cfg.activation not in ACTIVATIONS else cfg.activation]
-        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps) if transform else None
+        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if transform else None
         self.weight = nn.Parameter(torch.empty(cfg.vocab_size, dim))
         nn.init.normal_(self.weight, 0.0, cfg.initializer_range)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if bias else None

@@ -112,7 +112,7 @@ class ELECTRA(PretrainingModule):
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         labels, input_ids = batch["labels"], batch["input_ids"]
-        mlm_loss, logits, targets = self.lm_loss(self.run_stack(self.generator, batch), labels)
+        mlm_loss, logits, targets = self.lm_loss(*self.run_stack_for_loss(self.generator, batch, labels))
         positions = labels != IGNORE_INDEX
         replaced_ids = input_ids.clone()
         replaced_ids[positions] = self.sample_replacements(logits)

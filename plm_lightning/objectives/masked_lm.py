@@ -65,8 +65,12 @@ class MaskedLM(PretrainingModule):
         return self.run_stack(self.backbone, batch)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        hidden = self.encode(batch)
-        mlm_loss, logits, targets = self.lm_loss(hidden, batch["labels"])
+        if self.sbo_head is None:  # the loss reads the masked positions (and [CLS]) only
+            hidden, labels = self.run_stack_for_loss(self.backbone, batch, batch["labels"],
+                                                     keep_first=self.sentence_head is not None)
+        else:  # SBO reads the span boundaries too
+            hidden, labels = self.encode(batch), batch["labels"]
+        mlm_loss, logits, targets = self.lm_loss(hidden, labels)
         out = {"loss": mlm_loss, "mlm_loss": mlm_loss, "lm_loss": mlm_loss, "lm_logits": logits, "lm_targets": targets}
         if self.sentence_head is not None:
             kind = self.sentence_prediction

@@ -1,0 +1,157 @@
+"""Training speed of the encoder recipes of issue 3 against their transformers counterparts at the same config, and
+ELECTRA's cost per step relative to BERT at the same discriminator size (the generator's overhead).
+
+    python -m benchmarks.encoder_recipes [--threads 2] [--repeats 6] [--batch 8] [--seq 128]
+
+Each row times one optimizer step (forward, backward, fused AdamW) of ours and of the counterpart, interleaved in
+the same run; ``speedup_ours_over_hf`` is the median over rounds of (their time / our time).
+
+- ALBERT-base (MLM + SOP) vs ``AlbertForPreTraining``.
+- SpanBERT-base (MLM + SBO) vs ``BertForMaskedLM``: transformers has no SBO head, so ours does strictly more work.
+- ELECTRA-base (1/3-width generator, shared embeddings, L = MLM + 50 RTD) vs ``ElectraForMaskedLM`` +
+  ``ElectraForPreTraining`` sharing one ``ElectraEmbeddings``, glued with the same sampling and loss.
+- ELECTRA-base vs our BERT-base MLM (same discriminator): the generator's and the per-token head's extra cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import interleaved_timing
+from benchmarks.train_throughput import _step_fn
+from plm_lightning.objectives import ELECTRA, MaskedLM
+
+
+def _mlm_batch(batch: int, seq: int, vocab: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    ids = torch.randint(5, vocab, (batch, seq))
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(batch, seq) < 0.15
+    labels[chosen] = ids[chosen]
+    corrupted = ids.masked_fill(chosen, 4)
+    return {"input_ids": corrupted, "labels": labels, "attention_mask": torch.ones_like(ids),
+            "token_type_ids": torch.zeros_like(ids), "sentence_label": torch.randint(0, 2, (batch,))}
+
+
+def _span_batch(batch: int, seq: int, vocab: int) -> dict[str, torch.Tensor]:
+    """Spans of 3-4 tokens covering ~15% of each row, with the boundary keys the SBO head reads."""
+    b = _mlm_batch(batch, seq, vocab)
+    ids = b["input_ids"]
+    labels = torch.full_like(ids, -100)
+    span_ids = torch.full_like(ids, -1)
+    left, right, offset = torch.zeros_like(ids), torch.zeros_like(ids), torch.zeros_like(ids)
+    for start in range(5, seq - 6, 24):
+        length = 3 + (start // 24) % 2
+        sl = slice(start, start + length)
+        labels[:, sl] = ids[:, sl]
+        span_ids[:, sl] = start
+        left[:, sl], right[:, sl] = start - 1, start + length
+        offset[:, sl] = torch.arange(1, length + 1)
+    return {**b, "labels": labels, "input_ids": ids.masked_fill(labels != -100, 4), "span_ids": span_ids,
+            "span_left": left, "span_right": right, "span_offset": offset}
+
+
+def _row(name: str, t: dict, tokens: int, counterpart: str, ratio: float | None = None) -> dict:
+    """``ratio``: second's time over first's (default: the median of per-round ratios when first ran first)."""
+    first, second = list(t)
+    ratio = t[second]["ratio_to_first"] if ratio is None else ratio
+    return {"benchmark": name, "counterpart": counterpart, "threads": torch.get_num_threads(),
+            f"{first}_tokens_per_s": round(tokens / t[first]["median"], 1),
+            f"{second}_tokens_per_s": round(tokens / t[second]["median"], 1),
+            f"{first}_s_per_step_median": round(t[first]["median"], 4),
+            f"{second}_s_per_step_median": round(t[second]["median"], 4),
+            f"ratio_{second}_time_over_{first}": round(ratio, 3)}
+
+
+def albert(batch: int, seq: int, repeats: int) -> dict:
+    from transformers import AlbertConfig, AlbertForPreTraining
+
+    d = _mlm_batch(batch, seq, 30000)
+    ours = MaskedLM(backbone="albert-base", vocab_size=30000, sentence_prediction="sop").train()
+    cfg = AlbertConfig(vocab_size=30000, embedding_size=128, hidden_size=768, num_attention_heads=12,
+                       intermediate_size=3072, hidden_act="gelu_new", hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    hf = AlbertForPreTraining(cfg).train()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      token_type_ids=d["token_type_ids"], labels=d["labels"],
+                                      sentence_order_label=d["sentence_label"]).loss),
+    }, repeats=repeats)
+    return _row("ALBERT-base MLM+SOP", t, batch * seq, "AlbertForPreTraining")
+
+
+def spanbert(batch: int, seq: int, repeats: int) -> dict:
+    from transformers import BertConfig, BertForMaskedLM
+
+    d = _span_batch(batch, seq, 30522)
+    ours = MaskedLM(backbone="bert-base", vocab_size=30522, span_boundary_objective=True).train()
+    hf = BertForMaskedLM(BertConfig()).train()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      labels=d["labels"]).loss),
+    }, repeats=repeats)
+    return _row("SpanBERT-base MLM+SBO", t, batch * seq, "BertForMaskedLM (no SBO)")
+
+
+def _hf_electra() -> tuple[torch.nn.Module, torch.nn.Module]:
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    disc = ElectraForPreTraining(ElectraConfig(embedding_size=768, hidden_size=768, num_attention_heads=12,
+                                               intermediate_size=3072)).train()
+    gen = ElectraForMaskedLM(ElectraConfig(embedding_size=768, hidden_size=256, num_attention_heads=4,
+                                           intermediate_size=1024)).train()
+    disc.electra.embeddings = gen.electra.embeddings  # shared token, position and segment tables
+    gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
+    return gen, disc
+
+
+def electra(batch: int, seq: int, repeats: int) -> list[dict]:
+    d = _mlm_batch(batch, seq, 30522)
+    ours = ELECTRA(backbone="electra-base", vocab_size=30522, generator_size_divisor=3).train()
+    bert = MaskedLM(backbone="bert-base", vocab_size=30522).train()
+    gen, disc = _hf_electra()
+    both = torch.nn.ModuleList([gen, disc])
+    masked = d["labels"] != -100
+
+    def hf_loss() -> torch.Tensor:
+        g = gen(input_ids=d["input_ids"], attention_mask=d["attention_mask"], labels=d["labels"])
+        with torch.no_grad():
+            sampled = torch.multinomial(F.softmax(g.logits[masked].float(), -1), 1).squeeze(-1)
+        replaced = d["input_ids"].clone()
+        replaced[masked] = sampled
+        original = torch.where(masked, d["labels"], d["input_ids"])
+        out = disc(input_ids=replaced, attention_mask=d["attention_mask"], labels=(replaced != original).long())
+        return g.loss + 50.0 * out.loss
+
+    t = interleaved_timing({"ours": _step_fn(ours, lambda: ours(**d)["loss"]), "hf": _step_fn(both, hf_loss),
+                            "bert": _step_fn(bert, lambda: bert(**d)["loss"])}, repeats=repeats)
+    vs_hf = _row("ELECTRA-base (generator 1/3)", {"ours": t["ours"], "hf": t["hf"]}, batch * seq,
+                 "ElectraForMaskedLM + ElectraForPreTraining")
+    vs_bert = _row("ELECTRA-base cost vs BERT-base MLM (ours)", {"bert": t["bert"], "electra": t["ours"]},
+                   batch * seq, "our MaskedLM bert-base", ratio=1.0 / t["bert"]["ratio_to_first"])
+    return [vs_hf, vs_bert]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [albert(args.batch, args.seq, args.repeats), spanbert(args.batch, args.seq, args.repeats),
+            *electra(args.batch, args.seq, args.repeats)]
+    for row in rows:
+        row["speedup_ours_over_hf"] = row.get("ratio_hf_time_over_ours")
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
