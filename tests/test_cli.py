@@ -22,7 +22,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
-                                    "gpt2"])
+                                    "deberta", "deberta-v3", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -127,7 +127,8 @@ def test_json_config_roundtrip_of_cli_defaults():
 
 
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
-                                              ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("gpt2", "CausalLM")])
+                                              ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
+                                              ("deberta-v3", "ELECTRA"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -139,6 +140,8 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
     if recipe == "electra":  # the discriminator's loss is on every real token; 85% [MASK], 15% kept, no random
         assert stats["loss_fraction"] == 1.0
         assert abs(stats["mask_token_fraction"] - 0.85) < 0.03 and stats["random_token_fraction"] == 0.0
+    elif recipe == "deberta-v3":  # RTD over every real token; the generator's masks are BERT's 80/10/10
+        assert stats["loss_fraction"] == 1.0 and abs(stats["mask_token_fraction"] - 0.8) < 0.05
     elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
         assert abs(stats["loss_fraction"] - 0.30) < 0.01
     elif recipe != "gpt2":

@@ -32,6 +32,13 @@ def _hf(kind):
         ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
         cfg = transformers.ModernBertConfig(**{**SMALL, "num_hidden_layers": 3}, local_attention=8, **ids)
         model = transformers.ModernBertForMaskedLM(cfg)
+    elif kind.startswith("deberta"):
+        v3 = kind == "deberta-v3"  # v3: shared position/content projections; v2: separate ones + convolution
+        cfg = transformers.DebertaV2Config(**SMALL, max_position_embeddings=64, relative_attention=True,
+                                           position_buckets=8, max_relative_positions=32, pos_att_type=["p2c", "c2p"],
+                                           position_biased_input=False, norm_rel_ebd="layer_norm", share_att_key=v3,
+                                           conv_kernel_size=0 if v3 else 3, conv_act="gelu", type_vocab_size=0 if v3 else 2)
+        model = transformers.DebertaV2ForMaskedLM(cfg)
     elif kind == "electra":
         cfg = transformers.ElectraConfig(**SMALL, embedding_size=16, max_position_embeddings=64)
         model = transformers.ElectraForPreTraining(cfg)
@@ -43,11 +50,14 @@ def _hf(kind):
         cfg = transformers.GPT2Config(vocab_size=101, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                       bos_token_id=100, eos_token_id=100)
         model = transformers.GPT2LMHeadModel(cfg)
-    # non-trivial norms and biases so a swapped or missing tensor cannot hide
+    # non-trivial norms and biases, and weights 5x the init scale so attention is far from uniform and position
+    # terms move the logits: a swapped, missing or mis-indexed tensor cannot hide under the tolerance
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 1:
                 p.add_(torch.randn_like(p) * 0.1)
+            else:
+                p.mul_(5.0)
     return model.eval()
 
 
@@ -59,7 +69,7 @@ def _inputs(kind):
         mask[1, 12:] = 0
         ids[1, 12:] = 1 if kind == "roberta" else 0
     types = torch.zeros_like(ids)
-    if kind in ("bert", "albert", "electra", "electra-generator"):
+    if kind in ("bert", "albert", "electra", "electra-generator", "deberta-v2"):
         types[:, 9:] = 1
     return ids, mask, types
 
@@ -83,6 +93,8 @@ def _hf_logits(model, ids, mask, types):
         if isinstance(model, transformers.GPT2LMHeadModel):
             return model(input_ids=ids).logits, None
         no_types = (transformers.RobertaForMaskedLM, transformers.ModernBertForMaskedLM)
+        if isinstance(model, transformers.DebertaV2ForMaskedLM) and model.config.type_vocab_size == 0:
+            no_types = transformers.DebertaV2ForMaskedLM
         kwargs = {} if isinstance(model, no_types) else {"token_type_ids": types}
         out = model(input_ids=ids, attention_mask=mask, **kwargs)
         if isinstance(model, transformers.BertForPreTraining):
@@ -106,7 +118,8 @@ def _close(a, b, mask):
     return (a[real] - b[real]).abs().max().item()
 
 
-HF_KINDS = ["bert", "roberta", "albert", "electra", "electra-generator", "modernbert", "gpt2"]
+HF_KINDS = ["bert", "roberta", "albert", "electra", "electra-generator", "modernbert", "deberta-v2", "deberta-v3",
+            "gpt2"]
 
 
 @pytest.mark.parametrize("kind", HF_KINDS)

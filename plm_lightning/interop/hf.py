@@ -1,7 +1,8 @@
 """Hugging Face `transformers` layouts <-> our state dicts, kept beside the model, never inside it (torchtitan's
 state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
 ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
-`ElectraForMaskedLM` generator), ModernBERT (`ModernBertForMaskedLM`) and GPT-2 (`GPT2LMHeadModel`).
+`ElectraForMaskedLM` generator), DeBERTa-v2/v3 (`DebertaV2ForMaskedLM`), ModernBERT
+(`ModernBertForMaskedLM`) and GPT-2 (`GPT2LMHeadModel`).
 Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
@@ -47,6 +48,8 @@ class EncoderLayout:
     """The E -> H projection of factorized embeddings."""
     heads: tuple[tuple[str, str], ...]
     """(ours, HF) pairs of the output heads, ``weight``/``bias`` suffixes included."""
+    qkv_names: tuple[str, str, str] = ("query", "key", "value")
+    absolute_positions: bool = True
 
 
 def _wb(ours: str, hf: str) -> list[tuple[str, str]]:
@@ -78,6 +81,10 @@ LAYOUTS: dict[str, EncoderLayout] = {
         "ElectraForMaskedLM", "electra", "electra", project="electra.embeddings_project", **_BERT_LIKE, heads=(
             *_wb("lm_head.dense", "generator_predictions.dense"), *_wb("lm_head.norm", "generator_predictions.LayerNorm"),
             ("lm_head.bias", "generator_lm_head.bias"), ("lm_head.weight", "generator_lm_head.weight"))),
+    # DeBERTa-v2/v3 (He et al. 2021; 2023): disentangled attention, no absolute positions at the input
+    "deberta-v2": EncoderLayout("DebertaV2ForMaskedLM", "deberta-v2", "deberta", project=None, heads=_MLM_HEAD,
+                                qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
+                                **_BERT_LIKE),
     # ALBERT (Lan et al. 2020): one shared layer (num_hidden_groups = inner_group_num = 1)
     "albert": EncoderLayout("AlbertForMaskedLM", "albert", "albert", "albert.encoder.albert_layer_groups.0.albert_layers.0",
                             _ALBERT_LAYER, "attention", "albert.encoder.embedding_hidden_mapping_in", _ALBERT_MLM_HEAD),
@@ -109,6 +116,16 @@ def _encoder_pairs(cfg: BackboneConfig, layout: EncoderLayout) -> list[tuple[str
     for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
         for ours, hf in layout.layer_names.items():
             pairs += _wb(f"backbone.layers.{i}.{ours}", f"{prefix}.{hf}")
+        if layout.model_type == "deberta-v2" and not cfg.share_attention_key:
+            for proj in ("pos_key_proj", "pos_query_proj"):
+                pairs += _wb(f"backbone.layers.{i}.self_attn.{proj}", f"{prefix}.attention.self.{proj}")
+    if layout.model_type == "deberta-v2":
+        pairs.append(("backbone.relative_embeddings.weight", "deberta.encoder.rel_embeddings.weight"))
+        if cfg.relative_embedding_norm:
+            pairs += _wb("backbone.relative_norm", "deberta.encoder.LayerNorm")
+        if cfg.conv_kernel_size > 0:
+            pairs += [*_wb("backbone.conv.conv", "deberta.encoder.conv.conv"),
+                      *_wb("backbone.conv.norm", "deberta.encoder.conv.LayerNorm")]
     return pairs + list(layout.heads)
 
 
@@ -165,6 +182,12 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
             raise ConfigError(f"export: a RoPE MaskedLM exports as ModernBertForMaskedLM, which it differs from in "
                               f"{bad or ['sentence_prediction']}")
         return "modernbert"
+    if cfg.position_embedding == "disentangled":
+        if objective != "MaskedLM" or sentence_prediction != "none" or cfg.embedding_size not in (None, cfg.hidden_size) \
+                or cfg.layer_sharing != "none" or cfg.norm_position != "post":
+            raise ConfigError("export: a disentangled-attention model exports as DebertaV2ForMaskedLM: an MLM-only "
+                              "post-norm encoder without factorized embeddings or shared layers")
+        return "deberta-v2"
     wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True)
     bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.activation not in ("gelu", "relu", "gelu_new"):
@@ -218,9 +241,11 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
     for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
         for kind in ("weight", "bias"):
             fused = state[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"]
-            for name, part in zip(_QKV, fused.chunk(3, dim=0)):
+            for name, part in zip(layout.qkv_names, fused.chunk(3, dim=0)):
                 out[f"{prefix}.{layout.qkv}.{name}.{kind}"] = part.clone()
     base = layout.base
+    if not layout.absolute_positions:
+        return out
     positions = state["backbone.embeddings.position.weight"][cfg.position_offset:]
     if base == "roberta":  # RoBERTa counts positions from padding_idx + 1
         offset = cfg.pad_token_id + 1
@@ -261,9 +286,10 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
             out[ours] = hf[f"{base}.embeddings.word_embeddings.weight"].clone()
     for i, prefix in enumerate(_layer_prefixes(cfg, layout)):
         for kind in ("weight", "bias"):
-            parts = [hf[f"{prefix}.{layout.qkv}.{name}.{kind}"] for name in _QKV]
+            parts = [hf[f"{prefix}.{layout.qkv}.{name}.{kind}"] for name in layout.qkv_names]
             out[f"backbone.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)
-    out["backbone.embeddings.position.weight"] = hf[f"{base}.embeddings.position_embeddings.weight"].clone()
+    if layout.absolute_positions:
+        out["backbone.embeddings.position.weight"] = hf[f"{base}.embeddings.position_embeddings.weight"].clone()
     return out
 
 
@@ -293,6 +319,13 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
     if layout.model_type == "albert":
         config.update(num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=cfg.dropout,
                       bos_token_id=special_ids.get("cls", 2), eos_token_id=special_ids.get("sep", 3))
+    if layout.model_type == "deberta-v2":
+        config.update(relative_attention=True, position_biased_input=False, pos_att_type=["p2c", "c2p"],
+                      position_buckets=cfg.relative_position_buckets if cfg.relative_position_buckets > 0 else -1,
+                      max_relative_positions=cfg.max_relative_positions, share_att_key=cfg.share_attention_key,
+                      norm_rel_ebd="layer_norm" if cfg.relative_embedding_norm else "none",
+                      conv_kernel_size=cfg.conv_kernel_size, conv_act=cfg.conv_activation, legacy=True,
+                      type_vocab_size=cfg.type_vocab_size)
     if layout.model_type == "roberta":
         config.update(max_position_embeddings=config["max_position_embeddings"] + cfg.pad_token_id + 1,
                       bos_token_id=special_ids.get("cls", 0), eos_token_id=special_ids.get("sep", 2))
@@ -342,6 +375,29 @@ def _modernbert_from_config(config: dict[str, Any]) -> BackboneConfig:
         initializer_range=config.get("initializer_range", 0.02), pad_token_id=config.get("pad_token_id") or 0, unpad=True)
 
 
+def _deberta_from_config(config: dict[str, Any]) -> BackboneConfig:
+    types = {t.strip() for t in config.get("pos_att_type") or []} if not isinstance(config.get("pos_att_type"), str) \
+        else {t.strip() for t in config["pos_att_type"].split("|")}
+    if not config.get("relative_attention") or types != {"c2p", "p2c"} or config.get("position_biased_input", True):
+        raise ConfigError("import: only DeBERTa-v2/v3 with relative_attention, pos_att_type c2p|p2c and no "
+                          "position_biased_input is supported")
+    if config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+        raise ConfigError("import: DeBERTa with embedding_size != hidden_size is not supported")
+    max_rel = config.get("max_relative_positions", -1)
+    return BackboneConfig(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"], intermediate_size=config["intermediate_size"],
+        max_position_embeddings=config.get("max_position_embeddings", 512), type_vocab_size=config.get("type_vocab_size", 0),
+        position_embedding="disentangled", relative_position_buckets=max(0, config.get("position_buckets", -1)),
+        max_relative_positions=max_rel if max_rel > 0 else config.get("max_position_embeddings", 512),
+        share_attention_key=bool(config.get("share_att_key", False)),
+        relative_embedding_norm="layer_norm" in str(config.get("norm_rel_ebd", "none")),
+        conv_kernel_size=config.get("conv_kernel_size", 0), conv_activation=config.get("conv_act", "tanh"),
+        activation=config.get("hidden_act", "gelu"), norm_eps=config.get("layer_norm_eps", 1e-7),
+        dropout=config.get("hidden_dropout_prob", 0.1), attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
+        initializer_range=config.get("initializer_range", 0.02), pad_token_id=config.get("pad_token_id") or 0)
+
+
 DEFAULT_FAMILY = {"bert": "bert", "roberta": "roberta", "electra": "electra", "albert": "albert"}
 
 
@@ -361,9 +417,11 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         return "gpt2", cfg, "CausalLM"
     if model_type == "modernbert":
         return "modernbert", _modernbert_from_config(config), "MaskedLM"
+    if model_type == "deberta-v2":
+        return "deberta-v2", _deberta_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
-                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'gpt2'])}")
+                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2'])}")
     archs = config.get("architectures") or []
     family = next((_BY_ARCHITECTURE[a] for a in archs if a in _BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
     pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.disentangled import ConvLayer, relative_positions
 from plm_lightning.nn.embeddings import Embeddings
 from plm_lightning.nn.masks import combine, padding_mask, sliding_window_mask
 from plm_lightning.nn.norms import make_norm
@@ -50,6 +51,16 @@ class TransformerStack(nn.Module):
         self.local_rotary = (RotaryEmbedding(cfg.head_dim, local_theta)
                              if rope and cfg.local_attention_window is not None and local_theta != cfg.rope_theta
                              else None)
+        self.relative_embeddings = self.relative_norm = self.conv = None
+        if cfg.position_embedding == "disentangled":  # DeBERTa: one relative table for every layer
+            span = cfg.relative_position_buckets if cfg.relative_position_buckets > 0 else cfg.max_relative_positions
+            self.relative_embeddings = nn.Embedding(2 * span, cfg.hidden_size)
+            if cfg.relative_embedding_norm:
+                self.relative_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+            if cfg.conv_kernel_size > 0:
+                self.conv = ConvLayer(cfg.hidden_size, cfg.conv_kernel_size,
+                                      make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias), cfg.dropout,
+                                      cfg.conv_activation)
         self.relative_bias = (
             RelativePositionBias(cfg.num_heads, cfg.relative_attention_num_buckets,
                                  cfg.relative_attention_max_distance, bidirectional=not causal)
@@ -71,13 +82,15 @@ class TransformerStack(nn.Module):
         encoder_out: Tensor | None = None,
         encoder_attention_mask: Tensor | None = None,
         output_positions: Tensor | None = None,
+        num_blocks: int | None = None,
     ) -> BackboneOutput:
         """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
 
         ``causal`` overrides the stack's default mask shape. ``output_positions`` ``[B, K]``: the last block computes
         its output only at these positions (they still attend to every position), so ``last_hidden_state`` is
         ``[B, K, H]``. Exact for a loss that reads only those positions (MLM: the masked ones, + [CLS] for NSP/SOP),
-        and it skips ~85% of the last layer's queries, output projection and feed-forward.
+        and it skips ~85% of the last layer's queries, output projection and feed-forward. ``num_blocks`` runs only
+        the first blocks (DeBERTa's Enhanced Mask Decoder re-runs the last one itself).
         """
         causal = self.causal if causal is None else causal
         length = input_ids.shape[1]
@@ -102,11 +115,13 @@ class TransformerStack(nn.Module):
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden = [x]
+        relative = self.relative_inputs(length, input_ids.device)
+        extra = {"relative": relative} if relative is not None else {}
         unpadding = None
         if self.cfg.unpad and attention_mask is not None and encoder_out is None:
             unpadding = Unpadding.from_attention_mask(attention_mask)
             x = unpadding.unpad(x)
-        blocks = self.blocks()
+        blocks = self.blocks()[:num_blocks]
         for i, block in enumerate(blocks):
             last = i == len(blocks) - 1
             if unpadding is not None and last and output_positions is not None:
@@ -115,7 +130,9 @@ class TransformerStack(nn.Module):
             x = block(x, mask=self_mask if is_global else local_mask, is_causal=causal and is_global,
                       position_bias=bias, rope=rope if is_global else local_rope, encoder_out=encoder_out,
                       encoder_mask=enc_mask, query_index=output_positions if last else None,
-                      **({"unpadding": unpadding} if unpadding is not None else {}))
+                      **({"unpadding": unpadding} if unpadding is not None else {}), **extra)
+            if i == 0 and self.conv is not None:
+                x = self.conv(hidden[0], x, attention_mask)
             hidden.append(x if unpadding is None else unpadding.pad(x))
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -124,6 +141,35 @@ class TransformerStack(nn.Module):
         if self.final_norm is not None:
             hidden[-1] = x
         return BackboneOutput(x, tuple(hidden))
+
+
+    def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, attention_mask: Tensor | None = None,
+                              mask: Tensor | None = None, query_index: Tensor | None = None, steps: int = 2) -> Tensor:
+        """DeBERTa's Enhanced Mask Decoder (He et al. 2021, sec. 3.2; the reference code's ``emd_context_layer``):
+        the last block applied ``steps`` times (shared weights) with keys and values from ``hidden`` (the output of
+        the layer before it) and a query stream that starts as ``query`` = absolute position embeddings + ``hidden``,
+        so absolute positions enter only right before the MLM prediction. ``query_index`` ``[B, K]``: ``query`` holds
+        only these positions' rows."""
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None
+        self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
+        relative = self.relative_inputs(hidden.shape[1], hidden.device)
+        extra = {"relative": relative} if relative is not None else {}
+        block = self.blocks()[-1]
+        for _ in range(steps):
+            query = block(hidden, mask=self_mask, query=query, query_index=query_index, **extra)
+        return query
+
+    def relative_inputs(self, length: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
+        """DeBERTa's (normed relative embedding table, ``[L, L]`` relative positions), or None."""
+        if self.relative_embeddings is None:
+            return None
+        table = self.relative_embeddings.weight
+        if self.relative_norm is not None:
+            table = self.relative_norm(table)
+        positions = relative_positions(length, self.cfg.relative_position_buckets, self.cfg.max_relative_positions,
+                                       device)
+        return table, positions
 
 
 class Encoder(TransformerStack):

@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.attention import MultiHeadAttention, take_rows
 from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.disentangled import DisentangledSelfAttention
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.unpad import Unpadding
@@ -25,7 +26,13 @@ class TransformerBlock(nn.Module):
             return MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.bias,
                                       cfg.attention_backend, scale=1.0 if t5_scaling else None, cross_attention=cross)
 
-        self.self_attn = attention(cross=False)
+        if cfg.position_embedding == "disentangled":
+            span = cfg.relative_position_buckets if cfg.relative_position_buckets > 0 else cfg.max_relative_positions
+            self.self_attn = DisentangledSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
+                                                       cfg.bias, cfg.attention_backend, span, cfg.share_attention_key,
+                                                       cfg.dropout)
+        else:
+            self.self_attn = attention(cross=False)
         self.self_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if attention_norm
                                else nn.Identity())
         self.cross_attn = attention(cross=True) if cross_attention else None
@@ -54,11 +61,16 @@ class TransformerBlock(nn.Module):
         encoder_position_bias: Tensor | None = None,
         query_index: Tensor | None = None,
         unpadding: Unpadding | None = None,
+        relative: tuple[Tensor, Tensor] | None = None,
+        query: Tensor | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
-        ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``)."""
-        skip = take_rows(x, query_index) if query_index is not None else None
-        extra = {"unpadding": unpadding} if unpadding is not None else {}
+        ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``).
+        ``relative``: DeBERTa's (relative embedding table, relative positions). ``query``: a separate query stream
+        (DeBERTa's Enhanced Mask Decoder; its rows at ``query_index`` or at every position), keys/values from ``x``."""
+        skip = query if query is not None else take_rows(x, query_index) if query_index is not None else None
+        given = {"unpadding": unpadding, "relative": relative, "query": query}
+        extra = {k: v for k, v in given.items() if v is not None}
         x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,
                            position_bias=position_bias, rope=rope, query_index=query_index, skip=skip, **extra)
         if self.cross_attn is not None:

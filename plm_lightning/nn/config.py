@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "none"]
+PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "none"]
 Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu"]
 AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
 
@@ -59,6 +59,17 @@ class BackboneConfig:
     """Sliding-window self-attention, ``|i - j| <= window // 2`` (ModernBERT: 128), in every layer except each
     ``global_attention_every``-th (counting from layer 0); None = global attention everywhere."""
     global_attention_every: int = 1
+    relative_position_buckets: int = 256
+    """DeBERTa (position_embedding: disentangled): log-bucketed relative distances, k = buckets (v2/v3: 256);
+    0 = plain clipping at ``max_relative_positions`` (v1)."""
+    max_relative_positions: int = 512
+    share_attention_key: bool = False
+    """DeBERTa-v2: project relative embeddings with the content query/key weights (no separate W_q,r, W_k,r)."""
+    relative_embedding_norm: bool = False
+    """DeBERTa-v2: LayerNorm on the shared relative embedding table."""
+    conv_kernel_size: int = 0
+    """DeBERTa-v2: a convolution (this kernel size) beside the first layer; 0 = none."""
+    conv_activation: Literal["gelu", "tanh", "relu"] = "gelu"
     unpad: bool = False
     """Run the token-wise layers on the real tokens only (ModernBERT's unpadding; ``plm_lightning.nn.unpad``)."""
     first_attention_norm: bool = True
@@ -123,6 +134,17 @@ def _gpt2(**kw: Any) -> BackboneConfig:
     return BackboneConfig(**base)
 
 
+_DEBERTA_V3: dict[str, Any] = dict(relative_position_buckets=256, share_attention_key=True,
+                                   relative_embedding_norm=True, type_vocab_size=0)
+
+
+def _deberta(**kw: Any) -> BackboneConfig:
+    base = dict(position_embedding="disentangled", relative_position_buckets=0, max_relative_positions=512,
+                norm_eps=1e-7, type_vocab_size=0)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
 def _modernbert(**kw: Any) -> BackboneConfig:
     base = dict(
         vocab_size=50368, hidden_size=768, num_layers=22, num_heads=12, intermediate_size=1152,
@@ -166,6 +188,16 @@ PRESETS: dict[str, BackboneConfig] = {
     "electra-small": _bert(hidden_size=256, num_heads=4, intermediate_size=1024, embedding_size=128),
     "electra-base": _bert(),
     "electra-large": _bert(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    # He et al. 2021 (DeBERTa: v1 clipping at 512, BPE 50k) and 2023 (DeBERTaV3: 256 log buckets, shared position /
+    # content projections, normed relative table, no segments, 128k vocabulary); LayerNorm eps 1e-7
+    "tiny-deberta": _deberta(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=256, vocab_size=4096,
+                             max_position_embeddings=256),
+    "tiny-deberta-v3": _deberta(hidden_size=64, num_layers=4, num_heads=2, intermediate_size=256, vocab_size=4096,
+                                max_position_embeddings=256, **_DEBERTA_V3),
+    "deberta-base": _deberta(vocab_size=50265, relative_position_buckets=0, type_vocab_size=0),
+    "deberta-v3-base": _deberta(vocab_size=128100, **_DEBERTA_V3),
+    "deberta-v3-large": _deberta(vocab_size=128100, hidden_size=1024, num_layers=24, num_heads=16,
+                                 intermediate_size=4096, **_DEBERTA_V3),
     # Warner et al. 2024 (ModernBERT), Table 1 / the released configs: pre-norm, no biases, GeGLU, RoPE 160k global /
     # 10k local, 128-token windows with global attention every third layer, no dropout
     "tiny-modernbert": _modernbert(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=128,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from plm_lightning.nn import Decoder, LMHead, document_mask
+from plm_lightning.nn import Decoder, LMHead
 from plm_lightning.objectives.base import PretrainingModule
 
 
@@ -26,7 +26,5 @@ class CausalLM(PretrainingModule):
         self.lm_head = LMHead(self.config, transform=False, bias=False)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
-        hidden = self.backbone(batch["input_ids"], batch.get("attention_mask"), mask=extra).last_hidden_state
-        loss, logits, targets = self.lm_loss(hidden, batch["labels"])
+        loss, logits, targets = self.lm_loss(self.run_stack(self.backbone, batch), batch["labels"])
         return {"loss": loss, "lm_loss": loss, "lm_logits": logits, "lm_targets": targets}
