@@ -66,6 +66,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     tokens = loss_tokens = n_mask = n_random = n_same = 0
     spans: list[int] = []
     lengths: list[int] = []
+    in_unit = {"in_phrase": 0, "in_entity": 0}
+    stages: list[int] = []
     for samples, batch in _batches(datamodule, batches):
         original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
         real = batch["attention_mask"].numpy().astype(bool)
@@ -81,6 +83,11 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
             n_same += int((c == o).sum())
             n_random += int(((c != o) & (c != mask_id)).sum())
             spans.extend(_span_words(batch, samples) if "span_ids" in batch else _runs(loss))
+            for name in in_unit:
+                if name in samples[0]:
+                    in_unit[name] += int(np.stack([s[name] for s in samples])[loss].sum())
+            if "knowledge_stage" in batch:
+                stages.extend(batch["knowledge_stage"].tolist())
     chosen = n_mask + n_random + n_same
 
     def frac(x: int) -> float | None:
@@ -99,6 +106,10 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "mean_span_length": float(np.mean(spans)) if corrupting and spans else None,
         "input_length_mean": float(np.mean(lengths)) if lengths else None,
         "target_length_mean": None,
+        # ERNIE: the share of masked tokens inside phrases / entities, and the stage mix of the measured batches
+        "phrase_token_fraction": in_unit["in_phrase"] / loss_tokens if stages and loss_tokens else None,
+        "entity_token_fraction": in_unit["in_entity"] / loss_tokens if stages and loss_tokens else None,
+        "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
     }
 
 

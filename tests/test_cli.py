@@ -22,7 +22,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
-                                    "deberta", "deberta-v3", "gpt2"])
+                                    "deberta", "deberta-v3", "ernie", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -85,6 +85,8 @@ BAD_INPUTS = {
     "bad choice": (["--data.masking_scheme", "spans"], ["data.masking_scheme='spans'", "'whole_word'", "'span'"]),
     "bad type": (["--data.seq_len", "abc"], ["data.seq_len='abc'", "int"]),
     "span p": (["--data.span_geometric_p", "0"], ["data.span_geometric_p"]),
+    "missing lexicon": (["--data.masking_scheme", "ernie", "--data.phrase_lexicon", "{tmp}/nope.txt"],
+                        ["data.phrase_lexicon", "nope.txt", "does not exist"]),
     "nsp on sop pairs": (["--data.packing", "sentence_order"], ["model.sentence_prediction=nsp", "sentence_pairs"]),
 }
 
@@ -128,7 +130,7 @@ def test_json_config_roundtrip_of_cli_defaults():
 
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
                                               ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
-                                              ("deberta-v3", "ELECTRA"), ("gpt2", "CausalLM")])
+                                              ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)

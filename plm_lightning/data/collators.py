@@ -44,7 +44,9 @@ def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mas
     return out
 
 
-MASKING_SCHEMES = ("token", "whole_word", "ngram", "span")
+MASKING_SCHEMES = ("token", "whole_word", "ngram", "span", "ernie")
+KNOWLEDGE_STAGES = {"basic": ("word_starts", None), "phrase": ("phrase_starts", "in_phrase"),
+                    "entity": ("entity_starts", "in_entity")}
 
 
 class MaskedLMCollator:
@@ -54,7 +56,8 @@ class MaskedLMCollator:
 
     def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
                  seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False,
-                 masking_scheme: str = "token", spans: SpanConfig | None = None, max_ngram: int = 3):
+                 masking_scheme: str = "token", spans: SpanConfig | None = None, max_ngram: int = 3,
+                 stages: tuple[str, ...] = ("basic", "phrase", "entity"), stage_epochs: tuple[float, ...] = ()):
         if masking_scheme not in MASKING_SCHEMES:
             raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
         self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
@@ -63,6 +66,30 @@ class MaskedLMCollator:
         self.document_mask, self.masking_scheme = document_mask, masking_scheme
         self.spans, self.max_ngram = spans or SpanConfig(), max_ngram
         self.objective = "masked_lm" if masking_scheme == "token" else f"masked_lm_{masking_scheme}"
+        self.stages, self.stage_epochs = tuple(stages), tuple(stage_epochs)
+
+    def stage_of(self, progress: float) -> int:
+        """ERNIE's stage (an index into ``stages``) at a training progress given in epochs."""
+        return int(np.searchsorted(np.asarray(self.stage_epochs), progress, side="right"))
+
+    def _mask_knowledge(self, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+                        keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """ERNIE (Sun et al. 2019, sec. 3.2): each row masks whole units of its stage (basic = words, phrase,
+        entity), the stage's units first, then other words, to the same token budget."""
+        stage = np.array([self.stage_of(s.get("progress", 0.0)) for s in samples])
+        corrupted, labels = ids.copy(), np.full_like(ids, IGNORE_INDEX)
+        for k in np.unique(stage):
+            rows = np.flatnonzero(stage == k)
+            starts_key, priority_key = KNOWLEDGE_STAGES[self.stages[k]]
+            if starts_key not in samples[0]:
+                raise ConfigError("data.masking_scheme=ernie needs blocks packed with knowledge units; they are "
+                                  "built by MaskedLMDataModule(masking_scheme='ernie')")
+            starts = np.stack([samples[r][starts_key] for r in rows])
+            priority = None if priority_key is None else np.stack([samples[r][priority_key] for r in rows])
+            corrupted[rows], labels[rows] = mask_whole_words(ids[rows], maskable[rows], starts, keys[rows],
+                                                             self.masking, self.mask_token_id, self.random_token_ids,
+                                                             priority)
+        return corrupted, labels, stage
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         stacked = _stack(samples)
@@ -73,6 +100,9 @@ class MaskedLMCollator:
         if self.masking_scheme == "token":
             corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id,
                                             self.random_token_ids)
+        elif self.masking_scheme == "ernie":
+            corrupted, labels, stage = self._mask_knowledge(samples, ids, maskable, keys)
+            extra = {"knowledge_stage": torch.from_numpy(stage)}
         else:
             starts = np.stack([s["word_starts"] for s in samples])
             if self.masking_scheme == "whole_word":

@@ -14,7 +14,8 @@ from torch.utils.data import Dataset
 from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
-from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, build_or_load
+from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
+from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode, build_or_load
 from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
@@ -34,18 +35,25 @@ class BlockDataset(Dataset):
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        epoch, index = key if isinstance(key, tuple) else (0, key)
+    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
+        """``key``: an index, or ``(epoch, index[, position])`` from :class:`BlockSampler`."""
+        epoch, index, position = (0, key, key) if not isinstance(key, tuple) else (*key, key[1])[:3]
         b = self.blocks
-        return {
+        sample = {
             "index": index,
             "epoch": epoch,
+            "progress": epoch + position / max(1, len(b)),
             "input_ids": np.asarray(b.input_ids[index]),
             "document_ids": np.asarray(b.document_ids[index]),
             "segment_b_start": None if b.segment_b_start is None else int(b.segment_b_start[index]),
             "sentence_label": None if b.sentence_label is None else int(b.sentence_label[index]),
             "word_starts": None if b.word_starts is None else np.asarray(b.word_starts[index]),
         }
+        for name in KNOWLEDGE_FIELDS:
+            value = getattr(b, name)
+            if value is not None:
+                sample[name] = np.asarray(value[index])
+        return sample
 
 
 class TextDataModule(L.LightningDataModule):
@@ -135,11 +143,15 @@ class TextDataModule(L.LightningDataModule):
     def _load_blocks(self) -> None:
         self.blocks = build_or_load(
             lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
-            self.seq_len, self.val_fraction, self.seed, self.cache_dir,
+            self.seq_len, self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
         )
         if len(self.blocks["train"]) == 0:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.seq_len}-token training "
                               f"block with packing={self.packing}; add text or lower data.seq_len")
+
+    def knowledge_spec(self) -> KnowledgeSpec | None:
+        """Phrase/entity units to mark at packing (ERNIE); None for every other recipe."""
+        return None
 
     def _fingerprint(self) -> str:
         if self._documents is not None:
@@ -179,7 +191,8 @@ class TextDataModule(L.LightningDataModule):
 
 
 class MaskedLMDataModule(TextDataModule):
-    """BERT / RoBERTa data: sentence-pair packing for NSP (BERT) or FULL-SENTENCES (RoBERTa), dynamic masking."""
+    """BERT / RoBERTa data: sentence-pair packing for NSP (BERT) or FULL-SENTENCES (RoBERTa), dynamic masking; the
+    whole-word, n-gram, span and ERNIE knowledge masking schemes."""
 
     required_special_tokens = ("pad", "cls", "sep", "mask")
 
@@ -191,10 +204,16 @@ class MaskedLMDataModule(TextDataModule):
         random_replace_prob: float = 0.1,
         static_masking: bool = False,
         dupe_factor: int = 10,
-        masking_scheme: Literal["token", "whole_word", "ngram", "span"] = "token",
+        masking_scheme: Literal["token", "whole_word", "ngram", "span", "ernie"] = "token",
         span_geometric_p: float = 0.2,
         max_span_length: int = 10,
         max_ngram: int = 3,
+        knowledge_stages: list[Literal["basic", "phrase", "entity"]] | None = None,
+        stage_epochs: list[float] | None = None,
+        phrase_lexicon: str | None = None,
+        entity_lexicon: str | None = None,
+        phrase_min_count: int = 5,
+        phrase_threshold: float = 0.5,
         **kwargs: Any,
     ) -> None:
         """
@@ -209,6 +228,14 @@ class MaskedLMDataModule(TextDataModule):
             span_geometric_p: SpanBERT span length (in words) ~ Geometric(p).
             max_span_length: SpanBERT clips span lengths at this many words.
             max_ngram: ALBERT n-gram masking: longest n-gram, in words.
+            knowledge_stages: ERNIE (masking_scheme=ernie): the stages in training order, each masking whole units
+                of its level first: basic (words), phrase, entity. Default: basic, phrase, entity.
+            stage_epochs: ERNIE: the training progress, in epochs, at which each stage after the first begins
+                (one value per later stage, increasing). Default: the stages share the first epoch equally.
+            phrase_lexicon: ERNIE: a file of phrases (one per line) instead of fitting collocations on the corpus.
+            entity_lexicon: ERNIE: a file of entities (one per line) instead of detecting capitalised runs.
+            phrase_min_count: ERNIE collocations: minimum bigram count (word2phrase's min_count).
+            phrase_threshold: ERNIE collocations: minimum normalised PMI in [-1, 1].
         """
         super().__init__(*args, **kwargs)
         self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
@@ -219,12 +246,30 @@ class MaskedLMDataModule(TextDataModule):
         self.spans = SpanConfig(span_geometric_p, max_span_length)
         ngram_distribution(max_ngram)  # validates max_ngram
         self.max_ngram = max_ngram
+        self.knowledge_stages = tuple(knowledge_stages or ("basic", "phrase", "entity"))
+        unknown = [s for s in self.knowledge_stages if s not in ("basic", "phrase", "entity")]
+        if unknown:
+            raise ConfigError(f"data.knowledge_stages: {unknown} are not stages; use basic, phrase, entity")
+        n = len(self.knowledge_stages)
+        self.stage_epochs = tuple(stage_epochs if stage_epochs is not None else [i / n for i in range(1, n)])
+        if len(self.stage_epochs) != n - 1 or any(b <= a for a, b in zip(self.stage_epochs, self.stage_epochs[1:])) \
+                or any(e < 0 for e in self.stage_epochs):
+            raise ConfigError(f"data.stage_epochs={list(self.stage_epochs)} needs {n - 1} increasing non-negative "
+                              f"values, one per stage after the first of {list(self.knowledge_stages)}")
+        if not -1.0 <= phrase_threshold <= 1.0 or phrase_min_count < 1:
+            raise ConfigError(f"data.phrase_threshold={phrase_threshold} must lie in [-1, 1] and "
+                              f"data.phrase_min_count={phrase_min_count} must be >= 1")
+        self.knowledge = (KnowledgeSpec(phrase_lexicon, entity_lexicon, PhraseConfig(phrase_min_count, phrase_threshold))
+                          if masking_scheme == "ernie" else None)
+
+    def knowledge_spec(self) -> KnowledgeSpec | None:
+        return self.knowledge
 
     def collator(self) -> MaskedLMCollator:
         tok = self.tokenizer
         return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
                                 self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
-                                self.spans, self.max_ngram)
+                                self.spans, self.max_ngram, self.knowledge_stages, self.stage_epochs)
 
 
 class CausalLMDataModule(TextDataModule):

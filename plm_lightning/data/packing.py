@@ -25,13 +25,18 @@ from typing import Literal
 
 import numpy as np
 
+from plm_lightning.data.knowledge import KnowledgeSpec
 from plm_lightning.data.sources import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
 PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order"]
 PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order")
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+# per-token flags carried next to the id until blocks are written (the packers only move tokens around)
+ID_BITS = 40
+WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY = (1 << (ID_BITS + i) for i in range(5))
+KNOWLEDGE_FIELDS = ("phrase_starts", "entity_starts", "in_phrase", "in_entity")
 
 
 @dataclass
@@ -46,12 +51,19 @@ class PackedBlocks:
     """Pair modes, Hugging Face conventions: NSP 0 = B continues A, 1 = B is random; SOP 0 = in order, 1 = swapped."""
     word_starts: np.ndarray | None = None
     """True where a token begins a word (special tokens and padding count as word starts)."""
+    phrase_starts: np.ndarray | None = None
+    """ERNIE: True where a token begins a phrase unit (a phrase, or a word outside phrases)."""
+    entity_starts: np.ndarray | None = None
+    """ERNIE: True where a token begins an entity unit (an entity, or a word outside entities)."""
+    in_phrase: np.ndarray | None = None
+    in_entity: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def save(self, directory: Path, split: str) -> None:
-        for name in ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts"):
+        for name in ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts",
+                     *KNOWLEDGE_FIELDS):
             value = getattr(self, name)
             if value is not None:
                 np.save(directory / f"{split}.{name}.npy", value)
@@ -63,29 +75,54 @@ class PackedBlocks:
             return np.load(path, mmap_mode="r") if path.exists() else None
 
         return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("sentence_label"),
-                   get("word_starts"))
+                   get("word_starts"), *(get(name) for name in KNOWLEDGE_FIELDS))
 
 
 @dataclass
 class TokenizedDocument:
-    """Token ids per sentence. Until blocks are written, a token that continues a word is stored as ``~id``
-    (negative), so the packers below stay agnostic of word boundaries; :func:`_split_word_flags` decodes it."""
+    """Token ids per sentence. Until blocks are written each token carries its unit flags above bit ``ID_BITS``
+    (continues a word / phrase / entity, lies in a phrase / entity), so the packers stay agnostic of them;
+    :func:`_split_flags` decodes them."""
 
     sentences: list[list[int]]
 
 
-def _split_word_flags(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, word_starts)`` from tokens where continuations are stored as ``~id``."""
-    starts = tokens >= 0
-    return np.where(starts, tokens, ~tokens), starts
+def _split_flags(tokens: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(ids, flags)`` of flagged tokens: word starts and the ERNIE unit arrays."""
+    tokens = tokens.astype(np.int64)
+    ids = (tokens & ((1 << ID_BITS) - 1)).astype(np.int32)
+    flags = {"word_starts": (tokens & WORD_CONT) == 0, "phrase_starts": (tokens & PHRASE_CONT) == 0,
+             "entity_starts": (tokens & ENTITY_CONT) == 0, "in_phrase": (tokens & IN_PHRASE) != 0,
+             "in_entity": (tokens & IN_ENTITY) != 0}
+    return ids, flags
 
 
-def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool) -> list[TokenizedDocument]:
-    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them."""
+def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]) -> list[int]:
+    """Tokens with their flags: ``unit_flags`` = (phrase units, in phrase, entity units, in entity) per word, or
+    empty for word boundaries only."""
+    out = []
+    for i, (t, w) in enumerate(zip(ids, word_index)):
+        continues_word = w >= 0 and i > 0 and word_index[i - 1] == w
+        value = t | (WORD_CONT if continues_word else 0)
+        if unit_flags and w >= 0:
+            phrase_units, in_phrase, entity_units, in_entity = unit_flags
+            value |= PHRASE_CONT if continues_word or (w > 0 and phrase_units[w] == phrase_units[w - 1]) else 0
+            value |= ENTITY_CONT if continues_word or (w > 0 and entity_units[w] == entity_units[w - 1]) else 0
+            value |= (IN_PHRASE if in_phrase[w] else 0) | (IN_ENTITY if in_entity[w] else 0)
+        out.append(value)
+    return out
+
+
+def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
+                       knowledge: KnowledgeSpec | None = None) -> list[TokenizedDocument]:
+    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them. With
+    ``knowledge``, phrases are fitted on (or looked up for) the corpus' words and entity units found per sentence."""
     units = [split_sentences(d) if by_sentence else [d] for d in documents]
     flat = [s for u in units for s in u]
-    encoded = [[t if start else ~t for t, start in zip(ids, starts)]
-               for ids, starts in tokenizer.encode_batch_with_word_starts(flat)]
+    encoded_words = tokenizer.encode_batch_with_words(flat)
+    phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()
+    encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [])
+               for ids, index, words in encoded_words]
     out, pos = [], 0
     for u in units:
         sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
@@ -96,13 +133,13 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
 
 
 def _blocks_from_rows(rows: list[tuple[list[int], list[int]]], length: int, pad_id: int) -> PackedBlocks:
-    tokens = np.full((len(rows), length), pad_id, dtype=np.int32)
+    tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
     docs = np.full((len(rows), length), -1, dtype=np.int16)
     for i, (row, doc_ids) in enumerate(rows):
         tokens[i, : len(row)] = row
         docs[i, : len(doc_ids)] = doc_ids
-    ids, starts = _split_word_flags(tokens)
-    return PackedBlocks(ids, docs, word_starts=starts)
+    ids, flags = _split_flags(tokens)
+    return PackedBlocks(ids, docs, **flags)
 
 
 def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> PackedBlocks:
@@ -113,10 +150,10 @@ def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> 
         tokens.extend(ids)
         doc_index.extend([i] * len(ids))
     n = len(tokens) // length
-    ids, starts = _split_word_flags(np.asarray(tokens[: n * length], dtype=np.int32).reshape(n, length))
+    ids, flags = _split_flags(np.asarray(tokens[: n * length], dtype=np.int64).reshape(n, length))
     doc = np.asarray(doc_index[: n * length], dtype=np.int64).reshape(n, length)
     local = (doc - doc[:, :1]).astype(np.int16)  # renumber from 0 inside each block
-    return PackedBlocks(ids, local, word_starts=starts)
+    return PackedBlocks(ids, local, **flags)
 
 
 def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
@@ -224,7 +261,17 @@ def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray,
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int) -> PackedBlocks:
+def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int,
+         knowledge: bool = False) -> PackedBlocks:
+    """Blocks of ``mode``; the ERNIE unit arrays are kept only with ``knowledge``."""
+    blocks = _pack(docs, mode, length, tokenizer, seed)
+    if not knowledge:
+        for name in KNOWLEDGE_FIELDS:
+            setattr(blocks, name, None)
+    return blocks
+
+
+def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int) -> PackedBlocks:
     ids = tokenizer.ids
     if mode == "contiguous":
         return pack_contiguous(docs, length, ids["eos"])
@@ -237,7 +284,8 @@ def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextT
 
 
 def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str | None, mode: str,  # noqa: ANN001
-                  length: int, val_fraction: float, seed: int, cache_dir: Path) -> dict[str, PackedBlocks]:
+                  length: int, val_fraction: float, seed: int, cache_dir: Path,
+                  knowledge: KnowledgeSpec | None = None) -> dict[str, PackedBlocks]:
     """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split) and then memory-mapped.
 
     ``documents_fn`` is only called on a cache miss.
@@ -247,17 +295,17 @@ def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, toke
     else:
         tok_hash = hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
     key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tok_hash, length=length, mode=mode,
-                      val_fraction=val_fraction, seed=seed)
+                      val_fraction=val_fraction, seed=seed, knowledge=knowledge.cache_key() if knowledge else None)
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
     target = cache_dir / "packed" / f"{mode}-{length}-{key}"
     if not (target / "meta.json").is_file():
-        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous")
+        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous", knowledge=knowledge)
         train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
         counts = {}
         for split, idx in (("train", train_idx), ("val", val_idx)):
-            blocks = pack([docs[i] for i in idx], mode, length, tokenizer, seed)
+            blocks = pack([docs[i] for i in idx], mode, length, tokenizer, seed, knowledge is not None)
             blocks.save(tmp, split)
             counts[split] = len(blocks)
         (tmp / "meta.json").write_text(json.dumps({**key_fields, "blocks": counts}, indent=2))

@@ -1,5 +1,6 @@
-"""Deterministic, resumable sample order: every sample key is ``(epoch, index)`` so corruption can be seeded by
-(seed, epoch, index), and a run resumed mid-epoch skips exactly the batches it had already consumed."""
+"""Deterministic, resumable sample order: every sample key is ``(epoch, index, position)`` so corruption can be seeded
+by (seed, epoch, index), schedules can read the progress, and a run resumed mid-epoch skips exactly the batches it had
+already consumed."""
 
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ class BlockSampler(DistributedSampler):
                          drop_last=drop_last)
         self.skip = 0
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        """``(epoch, index, position)``: ``position`` is the sample's place in the epoch's global order (all ranks),
+        so ``epoch + position / total_size`` is the training progress a schedule (ERNIE's stages) can read."""
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.n) if self.shuffle
                  else np.arange(self.n))
         order = order[: self.total_size] if self.drop_last else np.resize(order, self.total_size)
-        mine = order[self.rank: self.total_size: self.num_replicas]
+        positions = np.arange(self.rank, self.total_size, self.num_replicas)
+        mine = order[positions]
         skip, self.skip = self.skip, 0
-        for index in mine[skip:]:
-            yield (self.epoch, int(index))
+        for index, position in zip(mine[skip:], positions[skip:]):
+            yield (self.epoch, int(index), int(position))
 
     def __len__(self) -> int:
         return self.num_samples

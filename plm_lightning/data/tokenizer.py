@@ -69,6 +69,20 @@ class TextTokenizer:
             out.append((e.ids, [i == 0 or w is None or w != words[i - 1] for i, w in enumerate(words)]))
         return out
 
+    def encode_batch_with_words(self, texts: Sequence[str]) -> list[tuple[list[int], list[int], list[str]]]:
+        """Ids, the word index of each token (its pre-tokenization word, -1 for none) and the words' text."""
+        out = []
+        for text, e in zip(texts, self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            spans: dict[int, list[int]] = {}
+            for w, (start, end) in zip(e.word_ids, e.offsets):
+                if w is not None:
+                    span = spans.setdefault(w, [start, end])
+                    span[0], span[1] = min(span[0], start), max(span[1], end)
+            index = {w: i for i, w in enumerate(sorted(spans))}
+            words = [text[spans[w][0]:spans[w][1]] for w in sorted(spans)]
+            out.append((e.ids, [index[w] if w is not None else -1 for w in e.word_ids], words))
+        return out
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 

@@ -23,8 +23,13 @@ def word_ids(maskable: np.ndarray, word_starts: np.ndarray) -> tuple[np.ndarray,
     return np.where(maskable, np.cumsum(starts, axis=1) - 1, -1), starts
 
 
-def select_whole_words(maskable: np.ndarray, word_starts: np.ndarray, keys: ArrayLike, mask_prob: float) -> np.ndarray:
-    """Boolean ``[B, L]`` selection of complete words, at most ``masking_budget`` tokens per row."""
+def select_whole_words(maskable: np.ndarray, word_starts: np.ndarray, keys: ArrayLike, mask_prob: float,
+                       priority: np.ndarray | None = None) -> np.ndarray:
+    """Boolean ``[B, L]`` selection of complete words, at most ``masking_budget`` tokens per row.
+
+    ``word_starts`` may mark larger units (ERNIE's phrases and entities: only a unit's first token starts it);
+    ``priority`` ``[B, L]`` (read at a unit's first token) visits the prioritised units first, in random order,
+    then the rest."""
     words, starts = word_ids(maskable, word_starts)
     budgets = masking_budgets(maskable.sum(1), mask_prob)
     scores = uniforms(keys, maskable.shape[1], stream=3)  # one score per word, read at its first token
@@ -37,7 +42,9 @@ def select_whole_words(maskable: np.ndarray, word_starts: np.ndarray, keys: Arra
         lengths = np.bincount(words[row][words[row] >= 0], minlength=n_words)
         chosen = np.zeros(n_words, dtype=bool)
         total = 0
-        for w in np.argsort(scores[row, first], kind="stable"):
+        order = (np.argsort(scores[row, first], kind="stable") if priority is None
+                 else np.lexsort((scores[row, first], ~priority[row, first])))
+        for w in order:
             if total >= budgets[row]:
                 break
             if total + lengths[w] > budgets[row]:
@@ -56,8 +63,10 @@ def mask_whole_words(
     cfg: MaskingConfig,
     mask_token_id: int,
     random_token_ids: np.ndarray,
+    priority: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Whole-word MLM corruption of a batch ``[B, L]``; returns ``(corrupted, labels)`` like ``mask_tokens``."""
+    """Whole-word (or whole-unit, with ``priority``: see :func:`select_whole_words`) MLM corruption of a batch
+    ``[B, L]``; returns ``(corrupted, labels)`` like ``mask_tokens``."""
     keys = np.atleast_1d(np.asarray(keys, dtype=np.uint64))
-    selected = select_whole_words(maskable, word_starts, keys, cfg.mask_prob)
+    selected = select_whole_words(maskable, word_starts, keys, cfg.mask_prob, priority)
     return replace_selected(input_ids, selected, keys, cfg, mask_token_id, random_token_ids)

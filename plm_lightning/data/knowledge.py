@@ -1,0 +1,165 @@
+"""Knowledge units for ERNIE's masking (Sun et al. 2019, "ERNIE: Enhanced Representation through kNowledge
+IntEgration", sec. 3.2): phrases and named entities, each masked as one unit.
+
+* Phrases: a collocation detector fitted on the corpus, word2phrase style (Mikolov et al. 2013, sec. 4) scored by
+  normalised PMI (Bouma 2009): ``npmi(a, b) = ln(p(ab) / (p(a) p(b))) / -ln p(ab)`` in [-1, 1]; bigrams with
+  ``npmi >= threshold`` and ``count >= min_count`` join, and a second pass over the joined text finds longer
+  phrases. Or a user lexicon file (one phrase per line).
+* Entities: a user lexicon file, or runs of capitalised words (a lone sentence-initial capital is not an entity).
+
+Units are word-level; ``unit_starts`` turns them into the per-token flags the whole-word selector reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from plm_lightning.errors import ConfigError
+
+Phrase = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PhraseConfig:
+    """word2phrase settings: ``passes`` passes join bigrams of (possibly already joined) units."""
+
+    min_count: int = 5
+    threshold: float = 0.5
+    passes: int = 2
+    max_words: int = 4
+
+
+def fit_phrases(sentences: Iterable[Sequence[str]], cfg: PhraseConfig = PhraseConfig()) -> set[Phrase]:
+    """Collocations of the corpus (lower-cased word tuples of 2..``max_words`` words)."""
+    corpus = [[(w.lower(),) for w in s if w.strip()] for s in sentences]
+    phrases: set[Phrase] = set()
+    for _ in range(cfg.passes):
+        unigrams: Counter[Phrase] = Counter(u for s in corpus for u in s)
+        bigrams: Counter[tuple[Phrase, Phrase]] = Counter(pair for s in corpus for pair in zip(s, s[1:]))
+        total = sum(unigrams.values())
+        if total == 0:
+            break
+        joined: set[tuple[Phrase, Phrase]] = set()
+        for (a, b), n_ab in bigrams.items():
+            if n_ab < cfg.min_count or len(a) + len(b) > cfg.max_words:
+                continue
+            if not all(any(c.isalnum() for c in w) for w in (*a, *b)):
+                continue  # punctuation never joins a phrase
+            p_ab = n_ab / total
+            if p_ab >= 1.0:
+                continue
+            npmi = math.log(p_ab / ((unigrams[a] / total) * (unigrams[b] / total))) / -math.log(p_ab)
+            if npmi >= cfg.threshold:
+                joined.add((a, b))
+        if not joined:
+            break
+        phrases |= {a + b for a, b in joined}
+        corpus = [_join(s, joined) for s in corpus]
+    return phrases
+
+
+def _join(sentence: list[Phrase], pairs: set[tuple[Phrase, Phrase]]) -> list[Phrase]:
+    out: list[Phrase] = []
+    i = 0
+    while i < len(sentence):
+        if i + 1 < len(sentence) and (sentence[i], sentence[i + 1]) in pairs:
+            out.append(sentence[i] + sentence[i + 1])
+            i += 2
+        else:
+            out.append(sentence[i])
+            i += 1
+    return out
+
+
+def load_lexicon(path: str | Path, key: str) -> set[Phrase]:
+    """One phrase or entity per line (words separated by spaces; ``#`` comments), lower-cased."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{key}: lexicon file '{path}' does not exist; give a text file with one entry per line")
+    entries = {tuple(line.lower().split()) for line in p.read_text(encoding="utf-8").splitlines()
+               if line.strip() and not line.lstrip().startswith("#")}
+    if not entries:
+        raise ConfigError(f"{key}: lexicon file '{path}' has no entries")
+    return entries
+
+
+def match_lexicon(words: Sequence[str], lexicon: set[Phrase], max_words: int) -> tuple[list[int], list[bool]]:
+    """(unit id per word, whether the word is part of a lexicon entry): greedy longest match from left to right;
+    words outside every entry are units of their own."""
+    lowered = [w.lower() for w in words]
+    units, inside = [0] * len(words), [False] * len(words)
+    unit, i = -1, 0
+    while i < len(words):
+        unit += 1
+        for n in range(min(max_words, len(words) - i), 0, -1):
+            if tuple(lowered[i:i + n]) in lexicon:
+                units[i:i + n], inside[i:i + n] = [unit] * n, [True] * n
+                i += n
+                break
+        else:
+            units[i] = unit
+            i += 1
+    return units, inside
+
+
+def capitalised_runs(words: Sequence[str]) -> tuple[list[int], list[bool]]:
+    """(unit id per word, whether the word is part of an entity): a run of capitalised words ("New York City",
+    "Python") is one entity; a single capitalised word at the start of the sentence is sentence case, not an
+    entity, unless the run goes on ("New York is ...")."""
+    caps = [w[:1].isupper() and any(c.isalpha() for c in w) for w in words]
+    units, inside = [0] * len(words), list(caps)
+    unit = -1
+    for i, cap in enumerate(caps):
+        if not (cap and i > 0 and caps[i - 1]):
+            unit += 1
+        units[i] = unit
+    if caps and caps[0] and (len(caps) == 1 or not caps[1]):
+        inside[0] = False
+    return units, inside
+
+
+def unit_starts(units: Sequence[int]) -> list[bool]:
+    """Per word, whether it begins its unit."""
+    return [i == 0 or units[i] != units[i - 1] for i in range(len(units))]
+
+
+@dataclass(frozen=True)
+class KnowledgeSpec:
+    """Where phrase and entity units come from (the ``ernie`` masking scheme)."""
+
+    phrase_lexicon: str | None = None
+    entity_lexicon: str | None = None
+    phrases: PhraseConfig = PhraseConfig()
+
+    def __post_init__(self) -> None:
+        for key, path in (("data.phrase_lexicon", self.phrase_lexicon), ("data.entity_lexicon", self.entity_lexicon)):
+            if path is not None:
+                load_lexicon(path, key)  # fail early, with the key's name
+
+    def cache_key(self) -> dict[str, object]:
+        import hashlib
+
+        def digest(path: str | None) -> str | None:
+            return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+        return {"phrase_lexicon": digest(self.phrase_lexicon), "entity_lexicon": digest(self.entity_lexicon),
+                "phrases": [self.phrases.min_count, self.phrases.threshold, self.phrases.passes, self.phrases.max_words]}
+
+    def phrase_table(self, sentences: Iterable[Sequence[str]]) -> set[Phrase]:
+        if self.phrase_lexicon is not None:
+            return load_lexicon(self.phrase_lexicon, "data.phrase_lexicon")
+        return fit_phrases(sentences, self.phrases)
+
+    def units(self, words: Sequence[str], phrases: set[Phrase]) -> tuple[list[int], list[bool], list[int], list[bool]]:
+        """(phrase units, in a phrase, entity units, in an entity) per word."""
+        phrase_units, in_phrase = match_lexicon(words, phrases, self.phrases.max_words)
+        in_phrase = [flag and sum(u == phrase_units[i] for u in phrase_units) > 1 for i, flag in enumerate(in_phrase)]
+        if self.entity_lexicon is not None:
+            entity_units, in_entity = match_lexicon(words, load_lexicon(self.entity_lexicon, "data.entity_lexicon"), 8)
+        else:
+            entity_units, in_entity = capitalised_runs(words)
+        return phrase_units, in_phrase, entity_units, in_entity
