@@ -1,6 +1,7 @@
 """Whole-word masking: property tests of the corruption and of the word boundaries recorded at packing."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +82,37 @@ def test_word_starts_for_byte_level_bpe():
     starts = blocks.word_starts[:50]
     assert spaced.any() and (starts[spaced]).all()  # a token after a space always starts a word
     assert (~starts).any()  # and pieces inside words are continuations
+
+
+def test_chinese_whole_word_masking_follows_jieba_words(tmp_path):
+    """Chinese BERT tokenizes characters; with data.word_segmenter=jieba the word boundaries are jieba's words and
+    whole-word masking masks them entirely (Cui et al. 2019)."""
+    pytest.importorskip("jieba")
+    from plm_lightning.data import MaskedLMDataModule
+
+    sentences = ["我们在北京大学学习自然语言处理。", "研究人员使用深度学习模型。", "今天的天气非常好，我们去公园散步。",
+                 "机器翻译是自然语言处理的重要任务。"]
+    docs = ["".join(sentences[(i + j) % 4] for j in range(6)) for i in range(60)]
+    (tmp_path / "zh.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    dm = MaskedLMDataModule(source=str(tmp_path / "zh.txt"), tokenizer="wordpiece", tokenizer_vocab_size=300,
+                            seq_len=64, batch_size=16, masking_scheme="whole_word", word_segmenter="jieba",
+                            mask_prob=0.3, cache_dir=str(tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    tok, loader = dm.tokenizer, dm.train_dataloader()
+    word = [tok.ids.get(c) if c in tok.ids else tok.tokenizer.token_to_id(c) for c in "北京大学"]
+    assert all(t is not None for t in word)
+    found = whole = 0
+    for keys in [list(loader.sampler)[i:i + 16] for i in range(0, 64, 16)]:
+        samples = [loader.dataset[k] for k in keys]
+        batch = loader.collate_fn(samples)
+        for row, sample in enumerate(samples):
+            ids = sample["input_ids"].tolist()
+            for at in (i for i in range(len(ids) - 3) if ids[i:i + 4] == word):
+                found += 1
+                starts = sample["word_starts"][at:at + 4]
+                assert starts[0] and not starts[1:].any()  # one jieba word, four characters
+                masked = (batch["labels"][row, at:at + 4] != -100).numpy()
+                assert masked.all() or not masked.any()
+                whole += int(masked.all())
+    assert found > 10 and whole > 0

@@ -77,6 +77,7 @@ class TextDataModule(L.LightningDataModule):
         document_mask: bool = False,
         max_documents: int | None = None,
         cache_dir: str | None = None,
+        word_segmenter: Literal["tokenizer", "jieba"] = "tokenizer",
     ) -> None:
         """
         Args:
@@ -95,6 +96,9 @@ class TextDataModule(L.LightningDataModule):
             max_documents: Use only the first N documents (quick experiments).
             cache_dir: Where trained tokenizers and packed blocks are cached (default $PLM_LIGHTNING_CACHE or
                 ~/.cache/plm_lightning).
+            word_segmenter: Where word boundaries (whole-word, n-gram, span and ERNIE masking) come from: the
+                tokenizer's pre-tokenization, or jieba for Chinese (Chinese whole-word masking, Cui et al. 2019;
+                pip install 'plm-lightning[zh]').
         """
         super().__init__()
         if packing not in PACKING_MODES:
@@ -106,6 +110,9 @@ class TextDataModule(L.LightningDataModule):
             raise ConfigError(f"data.seq_len={seq_len} is too short; use at least 8 tokens")
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={val_fraction} must be in [0, 1)")
+        if word_segmenter not in ("tokenizer", "jieba"):
+            raise ConfigError(f"data.word_segmenter={word_segmenter!r} is not one of tokenizer, jieba")
+        self.word_segmenter = word_segmenter
         self.save_hyperparameters()
         self.source, self.text_field, self.split_name = source, text_field, split
         self.tokenizer_spec, self.vocab_size_to_train = tokenizer, tokenizer_vocab_size
@@ -143,7 +150,7 @@ class TextDataModule(L.LightningDataModule):
     def _load_blocks(self) -> None:
         self.blocks = build_or_load(
             lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
-            self.seq_len, self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
+            self.seq_len, self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(), self.word_segmenter,
         )
         if len(self.blocks["train"]) == 0:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.seq_len}-token training "

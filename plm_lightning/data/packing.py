@@ -114,12 +114,12 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
 
 
 def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
-                       knowledge: KnowledgeSpec | None = None) -> list[TokenizedDocument]:
+                       knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer") -> list[TokenizedDocument]:
     """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them. With
     ``knowledge``, phrases are fitted on (or looked up for) the corpus' words and entity units found per sentence."""
     units = [split_sentences(d) if by_sentence else [d] for d in documents]
     flat = [s for u in units for s in u]
-    encoded_words = tokenizer.encode_batch_with_words(flat)
+    encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()
     encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [])
                for ids, index, words in encoded_words]
@@ -285,7 +285,7 @@ def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: Text
 
 def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str | None, mode: str,  # noqa: ANN001
                   length: int, val_fraction: float, seed: int, cache_dir: Path,
-                  knowledge: KnowledgeSpec | None = None) -> dict[str, PackedBlocks]:
+                  knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer") -> dict[str, PackedBlocks]:
     """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split) and then memory-mapped.
 
     ``documents_fn`` is only called on a cache miss.
@@ -295,11 +295,13 @@ def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, toke
     else:
         tok_hash = hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
     key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tok_hash, length=length, mode=mode,
-                      val_fraction=val_fraction, seed=seed, knowledge=knowledge.cache_key() if knowledge else None)
+                      val_fraction=val_fraction, seed=seed, knowledge=knowledge.cache_key() if knowledge else None,
+                      segmenter=segmenter)
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
     target = cache_dir / "packed" / f"{mode}-{length}-{key}"
     if not (target / "meta.json").is_file():
-        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous", knowledge=knowledge)
+        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous", knowledge=knowledge,
+                                  segmenter=segmenter)
         train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))

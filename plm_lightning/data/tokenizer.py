@@ -60,19 +60,18 @@ class TextTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
-    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[list[int], list[bool]]]:
-        """Ids and, per token, whether it starts a word of the tokenizer's pre-tokenization (``word_ids``): works
-        alike for WordPiece, byte-level BPE and Unigram, not only for ``##`` continuation markers."""
+    def encode_batch_with_words(self, texts: Sequence[str], segmenter: str = "tokenizer",
+                                ) -> list[tuple[list[int], list[int], list[str]]]:
+        """Ids, the word index of each token (-1 for none) and the words' text. Words are the tokenizer's
+        pre-tokenization, or with ``segmenter="jieba"`` the words of the jieba segmenter (Chinese whole-word masking,
+        Cui et al. 2019: a Chinese BERT tokenizes characters, so only a segmenter knows where words end)."""
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        if segmenter == "jieba":
+            return [_jieba_words(text, e) for text, e in zip(texts, encodings)]
+        if segmenter != "tokenizer":
+            raise ConfigError(f"data.word_segmenter={segmenter!r} is not one of tokenizer, jieba")
         out = []
-        for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False):
-            words = e.word_ids
-            out.append((e.ids, [i == 0 or w is None or w != words[i - 1] for i, w in enumerate(words)]))
-        return out
-
-    def encode_batch_with_words(self, texts: Sequence[str]) -> list[tuple[list[int], list[int], list[str]]]:
-        """Ids, the word index of each token (its pre-tokenization word, -1 for none) and the words' text."""
-        out = []
-        for text, e in zip(texts, self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+        for text, e in zip(texts, encodings):
             spans: dict[int, list[int]] = {}
             for w, (start, end) in zip(e.word_ids, e.offsets):
                 if w is not None:
@@ -178,3 +177,18 @@ def get_tokenizer(spec: str, texts: Callable[[], Iterable[str]], vocab_size: int
     loaded = TextTokenizer.load(target)
     loaded.name = f"{spec} (trained, {target})"
     return loaded
+
+
+def _jieba_words(text: str, encoding) -> tuple[list[int], list[int], list[str]]:  # noqa: ANN001
+    """Token ids, the jieba word of each token (by the token's first character) and the words."""
+    try:
+        import jieba
+    except ImportError as err:
+        raise ConfigError("data.word_segmenter=jieba needs jieba: pip install 'plm-lightning[zh]'") from err
+    jieba.setLogLevel(60)
+    spans = [(start, end) for word, start, end in jieba.tokenize(text) if word.strip()]
+    word_of_char = [-1] * (len(text) + 1)
+    for w, (start, end) in enumerate(spans):
+        word_of_char[start:end] = [w] * (end - start)
+    index = [word_of_char[start] if end > start else -1 for start, end in encoding.offsets]
+    return encoding.ids, index, [text[a:b] for a, b in spans]
