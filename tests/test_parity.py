@@ -224,3 +224,29 @@ def test_continued_pretraining_from_a_transformers_directory(tmp_path):
     assert _close(_ours_logits(module, ids, mask, types)[0], _hf_logits(hf, ids, mask, types)[0], mask) <= TOL
     with pytest.raises(Exception, match="holds a MaskedLM checkpoint; this recipe's objective is ELECTRA"):
         ELECTRA(backbone="tiny", init_from=str(tmp_path / "hf"))
+
+
+def test_deberta_v3_exports_encoder_and_generator(tmp_path):
+    """DeBERTaV3 (ELECTRA + GDES over DeBERTa): the discriminator exports as DebertaV2Model (same hidden states, the
+    GDES table materialised as E_G + E_delta), the generator as DebertaV2ForMaskedLM (same logits)."""
+    torch.manual_seed(5)
+    module = ELECTRA(backbone="tiny-deberta-v3", vocab_size=101, embedding_sharing="gdes", generator_size_divisor=1,
+                     generator_num_layers=2)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    module.eval()
+    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+            CHECKPOINT_KEY: {"objective": "ELECTRA", "backbone": module.config.to_dict()}}
+    torch.save(ckpt, tmp_path / "m.ckpt")
+    assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "disc") == "DebertaV2Model"
+    assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "gen", part="generator") == "DebertaV2ForMaskedLM"
+    ids, mask, _ = _inputs("deberta-v3")
+    batch = {"input_ids": ids, "attention_mask": mask}
+    disc = transformers.DebertaV2Model.from_pretrained(tmp_path / "disc").eval()
+    gen = transformers.DebertaV2ForMaskedLM.from_pretrained(tmp_path / "gen").eval()
+    with torch.no_grad():
+        assert _close(module.run_stack(module.backbone, batch), disc(input_ids=ids, attention_mask=mask)
+                      .last_hidden_state, mask) <= TOL
+        assert _close(module.lm_head(module.run_stack(module.generator, batch)),
+                      gen(input_ids=ids, attention_mask=mask).logits, mask) <= TOL

@@ -99,3 +99,19 @@ def test_wandb_offline_run_directory(tmp_path):
     assert any(name.endswith(".wandb") for name in files)
     if summary is not None:
         assert "train/loss" in summary.read_text()
+
+
+@pytest.mark.slow
+def test_deberta_v3_gdes_trains_under_fsdp2(tmp_path):
+    """ELECTRA-style RTD with gradient-disentangled sharing (a stop-gradient view of the generator's table held by
+    reference) under FSDP2 on 2 processes: finite, decreasing losses and a full checkpoint with both tables."""
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "deberta-v3.yaml"), "--config",
+                   str(ROOT / "configs" / "strategy" / "fsdp.yaml"), "--data.seq_len", "64", "--data.batch_size", "8",
+                   "--trainer.limit_val_batches", "0", "--trainer.max_steps", "6", "--trainer.log_every_n_steps", "1"],
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    losses = _train_losses(tmp_path / "runs")
+    assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    state = _state(ckpt)
+    assert {"generator.embeddings.token.weight", "backbone.embeddings.token.delta"} <= set(state)

@@ -85,6 +85,10 @@ LAYOUTS: dict[str, EncoderLayout] = {
     "deberta-v2": EncoderLayout("DebertaV2ForMaskedLM", "deberta-v2", "deberta", project=None, heads=_MLM_HEAD,
                                 qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
                                 **_BERT_LIKE),
+    # DeBERTaV3's discriminator: the encoder alone (what the released v3 checkpoints hold for downstream use)
+    "deberta-v2-encoder": EncoderLayout("DebertaV2Model", "deberta-v2", "deberta", project=None, heads=(),
+                                        qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
+                                        **_BERT_LIKE),
     # ALBERT (Lan et al. 2020): one shared layer (num_hidden_groups = inner_group_num = 1)
     "albert": EncoderLayout("AlbertForMaskedLM", "albert", "albert", "albert.encoder.albert_layer_groups.0.albert_layers.0",
                             _ALBERT_LAYER, "attention", "albert.encoder.embedding_hidden_mapping_in", _ALBERT_MLM_HEAD),
@@ -182,6 +186,8 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
             raise ConfigError(f"export: a RoPE MaskedLM exports as ModernBertForMaskedLM, which it differs from in "
                               f"{bad or ['sentence_prediction']}")
         return "modernbert"
+    if cfg.position_embedding == "disentangled" and objective == "ELECTRA":  # DeBERTaV3
+        return "deberta-v2-encoder" if part == "discriminator" else "deberta-v2"
     if cfg.position_embedding == "disentangled":
         if objective != "MaskedLM" or sentence_prediction != "none" or cfg.embedding_size not in (None, cfg.hidden_size) \
                 or cfg.layer_sharing != "none" or cfg.norm_position != "post":
