@@ -131,3 +131,26 @@ def test_counter_uniforms_look_uniform_and_independent():
     assert abs(np.corrcoef(u.ravel(), v.ravel())[0, 1]) < 0.01  # streams are independent
     assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.01  # neighbours are independent
     assert not np.array_equal(row_keys(1, 0, [5]), row_keys(1, 1, [5]))
+
+
+@pytest.mark.parametrize("scheme", ["token", "whole_word", "ngram", "span", "ernie"])
+def test_static_and_dynamic_masking_for_every_scheme(scheme):
+    """Static masking (BERT's dupe_factor) cycles a fixed set of masks over epochs; dynamic masking (RoBERTa) draws a
+    new one every epoch - for every masking scheme."""
+    ids = np.random.default_rng(1).integers(5, VOCAB, 96).astype(np.int32)
+    starts = np.random.default_rng(2).random(96) < 0.6
+
+    def sample(epoch):
+        return {"input_ids": ids, "document_ids": np.zeros(96, np.int16), "epoch": epoch, "index": 3,
+                "word_starts": starts, "phrase_starts": starts, "entity_starts": starts,
+                "in_phrase": ~starts, "in_entity": ~starts, "progress": 0.0}
+
+    def labels(collate, epoch):
+        return collate([sample(epoch)])["labels"]
+
+    dynamic = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, masking_scheme=scheme)
+    static = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True, dupe_factor=2,
+                              masking_scheme=scheme)
+    assert not (labels(dynamic, 0) == labels(dynamic, 2)).all()
+    assert (labels(static, 0) == labels(static, 2)).all() and (labels(static, 1) == labels(static, 3)).all()
+    assert not (labels(static, 0) == labels(static, 1)).all()
