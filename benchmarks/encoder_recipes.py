@@ -72,6 +72,16 @@ def _row(name: str, t: dict, tokens: int, counterpart: str, ratio: float | None 
             f"ratio_{second}_time_over_{first}": round(ratio, 3)}
 
 
+def _versus_hf_mlm(ours: torch.nn.Module, hf: torch.nn.Module, d: dict, repeats: int, **extra: object) -> dict:
+    """Interleaved steps of our module and a transformers MLM on the same batch (``extra``: more of ours)."""
+    return interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      labels=d["labels"]).loss),
+        **extra,
+    }, repeats=repeats)
+
+
 def albert(batch: int, seq: int, repeats: int) -> dict:
     from transformers import AlbertConfig, AlbertForPreTraining
 
@@ -96,11 +106,7 @@ def spanbert(batch: int, seq: int, repeats: int) -> dict:
     d = _span_batch(batch, seq, 30522)
     ours = MaskedLM(backbone="bert-base", vocab_size=30522, span_boundary_objective=True).train()
     hf = BertForMaskedLM(BertConfig()).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      labels=d["labels"]).loss),
-    }, repeats=repeats)
+    t = _versus_hf_mlm(ours, hf, d, repeats)
     return _row("SpanBERT-base MLM+SBO", t, batch * seq, "BertForMaskedLM (no SBO)")
 
 
@@ -154,12 +160,7 @@ def deberta(batch: int, seq: int, repeats: int) -> list[dict]:
                           pos_att_type=["p2c", "c2p"], position_biased_input=False, norm_rel_ebd="layer_norm",
                           share_att_key=True, type_vocab_size=0, layer_norm_eps=1e-7)
     hf = DebertaV2ForMaskedLM(cfg).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      labels=d["labels"]).loss),
-        "ours_emd": _step_fn(emd, lambda: emd(**d)["loss"]),
-    }, repeats=repeats)
+    t = _versus_hf_mlm(ours, hf, d, repeats, ours_emd=_step_fn(emd, lambda: emd(**d)["loss"]))
     plain = _row("DeBERTa-v3-base MLM", {"ours": t["ours"], "hf": t["hf"]}, batch * seq, "DebertaV2ForMaskedLM")
     with_emd = _row("DeBERTa-v3-base MLM + EMD", {"ours_emd": t["ours_emd"], "hf": t["hf"]}, batch * seq,
                     "DebertaV2ForMaskedLM (no EMD)", ratio=t["hf"]["ratio_to_first"] / t["ours_emd"]["ratio_to_first"])
@@ -178,11 +179,7 @@ def modernbert(batch: int, seq: int, repeats: int) -> dict:
     ours = MaskedLM(backbone="modernbert-base", vocab_size=50368, backbone_overrides={"pad_token_id": 0}).train()
     hf = ModernBertForMaskedLM(ModernBertConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
                                                 sep_token_id=2)).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      labels=d["labels"]).loss),
-    }, repeats=repeats)
+    t = _versus_hf_mlm(ours, hf, d, repeats)
     return _row("ModernBERT-base MLM (30%, 10% padding)", t, batch * seq, "ModernBertForMaskedLM")
 
 

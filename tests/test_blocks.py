@@ -206,19 +206,14 @@ def test_layer_sharing_parameter_counts(sharing):
 
 
 def _loss_batch():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, 101, (3, 40), generator=g)
-    mask = torch.ones_like(ids)
-    mask[2, 30:] = 0
-    labels = torch.full_like(ids, -100)
-    chosen = (torch.rand(ids.shape, generator=g) < 0.15) & mask.bool()
-    chosen[:, 0] = False
-    labels[chosen] = ids[chosen]
-    docs = torch.zeros_like(ids)
+    from tests.conftest import masked_batch
+
+    batch = masked_batch()
+    docs = torch.zeros(3, 40, dtype=torch.long)
     docs[:, 20:] = 1
     docs[2, 30:] = -1
-    return {"input_ids": ids.masked_fill(chosen, 4), "labels": labels, "attention_mask": mask, "document_ids": docs,
-            "token_type_ids": (torch.arange(40) >= 20).long().expand(3, 40), "sentence_label": torch.tensor([0, 1, 0])}
+    return {**batch, "document_ids": docs, "token_type_ids": (torch.arange(40) >= 20).long().expand(3, 40),
+            "sentence_label": torch.tensor([0, 1, 0])}
 
 
 @pytest.mark.parametrize("kwargs", [

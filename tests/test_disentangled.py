@@ -12,6 +12,7 @@ from plm_lightning import ConfigError
 from plm_lightning.nn import BackboneConfig, Encoder
 from plm_lightning.nn.disentangled import DisentangledSelfAttention, log_bucket_position, relative_positions
 from plm_lightning.objectives import MaskedLM
+from tests.conftest import masked_batch
 
 
 @settings(max_examples=50, deadline=None)
@@ -78,14 +79,7 @@ def test_relative_table_is_shared_and_v2_options_build():
 
 
 def _batch():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 101, (3, 40), generator=g)
-    mask = torch.ones_like(ids)
-    mask[2, 30:] = 0
-    labels = torch.full_like(ids, -100)
-    chosen = (torch.rand(ids.shape, generator=g) < 0.15) & mask.bool()
-    labels[chosen] = ids[chosen]
-    return {"input_ids": ids.masked_fill(chosen, 4), "labels": labels, "attention_mask": mask}
+    return masked_batch(seed=0)
 
 
 def test_enhanced_mask_decoder_sparse_equals_dense_and_reads_absolute_positions():

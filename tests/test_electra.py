@@ -8,6 +8,7 @@ from plm_lightning import ConfigError, get_preset
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.objectives import ELECTRA
 from plm_lightning.objectives.electra import generator_config
+from tests.conftest import masked_batch
 
 
 def test_generator_config_follows_the_reference_code():
@@ -21,17 +22,9 @@ def test_generator_config_follows_the_reference_code():
         generator_config(get_preset("electra-base"), 5)
 
 
-def _batch(vocab=101, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (4, 24), generator=g)
-    mask = torch.ones_like(ids)
-    mask[3, 18:] = 0
-    ids[3, 18:] = 0
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    chosen = (torch.rand(ids.shape, generator=g) < 0.3) & mask.bool()
-    labels[chosen] = ids[chosen]
-    corrupted = ids.masked_fill(chosen, 4)
-    return {"input_ids": corrupted, "labels": labels, "attention_mask": mask}, chosen
+def _batch(seed=0):
+    batch = masked_batch(batch=4, length=24, mask_prob=0.3, seed=seed, pad_from=18)
+    return batch, batch["labels"] != IGNORE_INDEX
 
 
 def _module(sharing="shared"):

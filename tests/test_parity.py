@@ -177,6 +177,16 @@ def test_trained_checkpoint_exports_to_transformers(kind, tmp_path):
         assert (a_nsp - b_nsp).abs().max() <= TOL
 
 
+def _save_perturbed(module, path):
+    """Perturb every parameter (GDES residuals and biases non-zero), switch to eval and save as our checkpoint."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    module.eval()
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                CHECKPOINT_KEY: {"objective": type(module).__name__, "backbone": module.config.to_dict()}}, path)
+
+
 @pytest.mark.parametrize("sharing", ["shared", "gdes", "none"])
 def test_electra_exports_discriminator_and_generator(sharing, tmp_path):
     """An ELECTRA trained here exports its discriminator (ElectraForPreTraining) and its generator
@@ -184,13 +194,7 @@ def test_electra_exports_discriminator_and_generator(sharing, tmp_path):
     torch.manual_seed(4)
     module = ELECTRA(backbone="tiny", vocab_size=101, embedding_sharing=sharing,
                      backbone_overrides={"embedding_size": 32})
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * 0.05)  # GDES residual and biases non-zero
-    module.eval()
-    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-            CHECKPOINT_KEY: {"objective": "ELECTRA", "backbone": module.config.to_dict()}}
-    torch.save(ckpt, tmp_path / "m.ckpt")
+    _save_perturbed(module, tmp_path / "m.ckpt")
     assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "disc") == "ElectraForPreTraining"
     assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "gen", part="generator") == "ElectraForMaskedLM"
     disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "disc").eval()
@@ -232,13 +236,7 @@ def test_deberta_v3_exports_encoder_and_generator(tmp_path):
     torch.manual_seed(5)
     module = ELECTRA(backbone="tiny-deberta-v3", vocab_size=101, embedding_sharing="gdes", generator_size_divisor=1,
                      generator_num_layers=2)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    module.eval()
-    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-            CHECKPOINT_KEY: {"objective": "ELECTRA", "backbone": module.config.to_dict()}}
-    torch.save(ckpt, tmp_path / "m.ckpt")
+    _save_perturbed(module, tmp_path / "m.ckpt")
     assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "disc") == "DebertaV2Model"
     assert export_checkpoint(tmp_path / "m.ckpt", tmp_path / "gen", part="generator") == "DebertaV2ForMaskedLM"
     ids, mask, _ = _inputs("deberta-v3")
