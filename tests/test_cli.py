@@ -103,12 +103,18 @@ def test_bad_input_is_one_line_exit_2(case, tmp_path):
     _one_line_error(res, *needles)
 
 
+def _two_step_checkpoint(recipe: str, cwd: Path) -> Path:
+    """Train ``recipe`` for two steps through the CLI and return its last.ckpt."""
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_steps", "2",
+                   "--data.seq_len", "64"], cwd=cwd)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (ckpt,) = (cwd / "runs").rglob("last.ckpt")
+    return ckpt
+
+
 @pytest.mark.slow
 def test_checkpoint_from_another_recipe_is_refused(tmp_path):
-    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--trainer.max_steps", "2",
-                   "--data.seq_len", "64"], cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    ckpt = _two_step_checkpoint("bert", tmp_path)
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--trainer.max_steps", "4",
                    "--data.seq_len", "64", "--ckpt_path", str(ckpt)], cwd=tmp_path)
     _one_line_error(res, "MaskedLM", "CausalLM")
@@ -177,10 +183,7 @@ def test_inspect_human_view(tmp_path):
 
 @pytest.mark.slow
 def test_export_and_import_commands(tmp_path):
-    res = run_cli(["fit", "--config", str(ROOT / "configs" / "roberta.yaml"), "--trainer.max_steps", "2",
-                   "--data.seq_len", "64"], cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    ckpt = _two_step_checkpoint("roberta", tmp_path)
     res = run_cli(["export", str(ckpt), str(tmp_path / "hf")], cwd=tmp_path)
     assert res.returncode == 0 and "RobertaForMaskedLM" in res.stdout, res.stderr
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
