@@ -270,3 +270,20 @@ def test_unpadding_matches_the_padded_computation(sparse):
     grads = dict(padded.named_parameters())
     for name, p in unpadded.named_parameters():
         assert torch.allclose(p.grad, grads[name].grad, atol=1e-5), name
+
+
+def test_unpadded_hidden_states_are_padded_on_demand():
+    """``hidden_states`` of an unpadded stack equal the padded stack's at every layer (padded back lazily)."""
+    from plm_lightning.nn import get_preset
+
+    cfg = get_preset("tiny-modernbert").replace(vocab_size=101, pad_token_id=0, local_attention_window=8)
+    unpadded, padded = Encoder(cfg).eval(), Encoder(cfg.replace(unpad=False)).eval()
+    padded.load_state_dict(unpadded.state_dict())
+    batch = _loss_batch()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        a = unpadded(batch["input_ids"], batch["attention_mask"])
+        b = padded(batch["input_ids"], batch["attention_mask"])
+    assert any(a.unpadded) and len(a.hidden_states) == len(b.hidden_states) == cfg.num_layers + 1
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        assert x.shape == y.shape and torch.allclose(x[real], y[real], atol=1e-5)

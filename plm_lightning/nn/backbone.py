@@ -25,8 +25,18 @@ from plm_lightning.nn.unpad import Unpadding
 @dataclass
 class BackboneOutput:
     last_hidden_state: Tensor
-    hidden_states: tuple[Tensor, ...]
-    """Embedding output followed by every layer's output (the last one after the final norm, if any)."""
+    layer_outputs: tuple[Tensor, ...]
+    """Embedding output followed by every layer's output as computed (``[1, T, H]`` where the stack ran unpadded)."""
+    unpadding: Unpadding | None = None
+    unpadded: tuple[bool, ...] = ()
+
+    @property
+    def hidden_states(self) -> tuple[Tensor, ...]:
+        """Embedding output followed by every layer's output (the last one after the final norm, if any), each
+        ``[B, L, H]``: outputs of unpadded layers are padded back here, on demand, not in the forward pass."""
+        if self.unpadding is None:
+            return self.layer_outputs
+        return tuple(self.unpadding.pad(h) if u else h for h, u in zip(self.layer_outputs, self.unpadded))
 
 
 class TransformerStack(nn.Module):
@@ -114,13 +124,14 @@ class TransformerStack(nn.Module):
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        hidden = [x]
+        hidden, unpadded = [x], [False]
         relative = self.relative_inputs(length, input_ids.device)
         extra = {"relative": relative} if relative is not None else {}
         unpadding = None
         if self.cfg.unpad and attention_mask is not None and encoder_out is None:
             unpadding = Unpadding.from_attention_mask(attention_mask)
             x = unpadding.unpad(x)
+        plan = unpadding
         blocks = self.blocks()[:num_blocks]
         for i, block in enumerate(blocks):
             last = i == len(blocks) - 1
@@ -133,14 +144,15 @@ class TransformerStack(nn.Module):
                       **({"unpadding": unpadding} if unpadding is not None else {}), **extra)
             if i == 0 and self.conv is not None:
                 x = self.conv(hidden[0], x, attention_mask)
-            hidden.append(x if unpadding is None else unpadding.pad(x))
+            hidden.append(x)
+            unpadded.append(unpadding is not None)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if unpadding is not None:
             x = unpadding.pad(x)
-        if self.final_norm is not None:
-            hidden[-1] = x
-        return BackboneOutput(x, tuple(hidden))
+        if self.final_norm is not None or unpadding is not None:
+            hidden[-1], unpadded[-1] = x, False
+        return BackboneOutput(x, tuple(hidden), plan if any(unpadded) else None, tuple(unpadded))
 
 
     def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, attention_mask: Tensor | None = None,
