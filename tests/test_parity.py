@@ -33,8 +33,9 @@ def _hf(kind):
         cfg = transformers.ModernBertConfig(**{**SMALL, "num_hidden_layers": 3}, local_attention=8, **ids)
         model = transformers.ModernBertForMaskedLM(cfg)
     elif kind.startswith("deberta"):
-        v3 = kind == "deberta-v3"  # v3: shared position/content projections; v2: separate ones + convolution
-        cfg = transformers.DebertaV2Config(**SMALL, max_position_embeddings=64, relative_attention=True,
+        v3 = kind == "deberta-v3"  # v3: shared position/content projections, the released (non-legacy) MLM head;
+        # v2: separate projections + convolution, the legacy head
+        cfg = transformers.DebertaV2Config(legacy=not v3, **SMALL, max_position_embeddings=64, relative_attention=True,
                                            position_buckets=8, max_relative_positions=32, pos_att_type=["p2c", "c2p"],
                                            position_biased_input=False, norm_rel_ebd="layer_norm", share_att_key=v3,
                                            conv_kernel_size=0 if v3 else 3, conv_act="gelu", type_vocab_size=0 if v3 else 2)

@@ -285,7 +285,8 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
     if model_type == "modernbert":
         return "modernbert", _modernbert_from_config(config), "MaskedLM"
     if model_type == "deberta-v2":
-        return "deberta-v2", _deberta_from_config(config), "MaskedLM"
+        family = "deberta-v2" if config.get("legacy", True) else "deberta-v2-lm"
+        return family, _deberta_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
                           f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2'])}")

@@ -75,6 +75,12 @@ LAYOUTS: dict[str, EncoderLayout] = {
     "deberta-v2": EncoderLayout("DebertaV2ForMaskedLM", "deberta-v2", "deberta", project=None, heads=_MLM_HEAD,
                                 qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
                                 **_BERT_LIKE),
+    # the same with the non-legacy head of the released v3 checkpoints (decoder = the word embeddings, no own weight)
+    "deberta-v2-lm": EncoderLayout("DebertaV2ForMaskedLM", "deberta-v2", "deberta", project=None,
+                                   qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
+                                   **_BERT_LIKE, heads=(*_wb("lm_head.dense", "lm_predictions.lm_head.dense"),
+                                                        *_wb("lm_head.norm", "lm_predictions.lm_head.LayerNorm"),
+                                                        ("lm_head.bias", "lm_predictions.lm_head.bias"))),
     # DeBERTaV3's discriminator: the encoder alone (what the released v3 checkpoints hold for downstream use)
     "deberta-v2-encoder": EncoderLayout("DebertaV2Model", "deberta-v2", "deberta", project=None, heads=(),
                                         qkv_names=("query_proj", "key_proj", "value_proj"), absolute_positions=False,
@@ -90,7 +96,7 @@ LAYOUTS: dict[str, EncoderLayout] = {
 }
 ARCHITECTURES = {**{k: v.architecture for k, v in LAYOUTS.items()}, "gpt2": "GPT2LMHeadModel",
                  "modernbert": "ModernBertForMaskedLM"}
-BY_ARCHITECTURE = {v.architecture: k for k, v in LAYOUTS.items()}
+BY_ARCHITECTURE = {v.architecture: k for k, v in LAYOUTS.items() if k != "deberta-v2-lm"}
 
 
 def layer_prefixes(cfg: BackboneConfig, layout: EncoderLayout) -> list[str]:
