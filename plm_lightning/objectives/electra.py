@@ -117,7 +117,7 @@ class ELECTRA(PretrainingModule):
         replaced_ids = input_ids.clone()
         replaced_ids[positions] = self.sample_replacements(logits)
         original = torch.where(positions, labels, input_ids)
-        real = batch["attention_mask"].bool()
+        real = self.loss_positions(batch)
         is_replaced = (replaced_ids != original)[real]
         rtd_logits = self.rtd_head(self.run_stack(self.backbone, batch, replaced_ids))[real].float()
         rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, is_replaced.float())
