@@ -113,6 +113,17 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     }
 
 
+def _bracket_units(sample: dict[str, Any], kind: str, tok: Any, real: int) -> str:
+    """The sample's tokens with each multi-token phrase or entity unit in brackets."""
+    inside, starts = sample[f"in_{kind}"][:real], sample[f"{kind}_starts"][:real]
+    pieces = []
+    for i, t in enumerate(sample["input_ids"][:real].tolist()):
+        opens = inside[i] and (i == 0 or starts[i] or not inside[i - 1])
+        closes = inside[i] and (i + 1 == real or starts[i + 1] or not inside[i + 1])
+        pieces.append(("[" if opens else "") + tok.id_to_token(t) + ("]" if closes else ""))
+    return " ".join(pieces)
+
+
 def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24) -> None:
     """One sample: original, corrupted input, targets, loss positions and a picture of the attention mask."""
     tok = datamodule.tokenizer
@@ -123,7 +134,13 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24)
     show = lambda seq: " ".join(tok.id_to_token(t) for t in seq[:real])  # noqa: E731
     out.write(f"objective: {type(model).__name__} ({getattr(datamodule.collator(), 'objective', '?')}), "
               f"seq_len={datamodule.seq_len}, packing={datamodule.packing}\n\n")
-    out.write(f"original:\n  {show(original[0].tolist())}\n\ncorrupted input:\n  {show(ids)}\n\n")
+    out.write(f"original:\n  {show(original[0].tolist())}\n\n")
+    for kind in ("phrase", "entity"):  # ERNIE's knowledge units, bracketed
+        if f"in_{kind}" in samples[0]:
+            out.write(f"{kind} units [...]:\n  {_bracket_units(samples[0], kind, tok, real)}\n\n")
+    if "knowledge_stage" in batch:
+        out.write(f"stage: {datamodule.collator().stages[int(batch['knowledge_stage'][0])]}\n\n")
+    out.write(f"corrupted input:\n  {show(ids)}\n\n")
     targets = " ".join(f"{i}:{tok.id_to_token(t)}" for i, t in enumerate(labels) if t != IGNORE_INDEX)
     out.write(f"targets (position:token):\n  {targets}\n\n")
     carries_loss = model.loss_positions(batch)[0].tolist()

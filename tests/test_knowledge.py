@@ -116,3 +116,17 @@ def test_bad_stage_settings_are_config_errors():
         MaskedLMDataModule(masking_scheme="ernie", knowledge_stages=["phrases"])
     with pytest.raises(ConfigError, match="data.entity_lexicon"):
         MaskedLMDataModule(masking_scheme="ernie", entity_lexicon="missing.txt")
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "gpt2"])
+def test_words_carry_no_tokenizer_whitespace(kind):
+    """Entity detection reads each word's first character: byte-level BPE offsets include the leading space, which
+    must not hide a capital (a regression: only line-initial words could be entities)."""
+    from plm_lightning.data.knowledge import capitalised_runs
+    from plm_lightning.data.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(kind, ["the city of New York uses Python every day"] * 20, 300)
+    (_, index, words), = tok.encode_batch_with_words(["the city of New York uses Python"])
+    assert all(w == w.strip() and w for w in words) and max(index) == len(words) - 1
+    # words are cut from the original text, so even a lower-casing WordPiece keeps the capitals visible
+    assert capitalised_runs(words)[1] == [False, False, False, True, True, False, True]

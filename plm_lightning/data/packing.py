@@ -32,7 +32,7 @@ from plm_lightning.errors import ConfigError
 
 PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order"]
 PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order")
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
 WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY = (1 << (ID_BITS + i) for i in range(5))

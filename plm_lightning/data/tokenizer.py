@@ -78,7 +78,7 @@ class TextTokenizer:
                     span = spans.setdefault(w, [start, end])
                     span[0], span[1] = min(span[0], start), max(span[1], end)
             index = {w: i for i, w in enumerate(sorted(spans))}
-            words = [text[spans[w][0]:spans[w][1]] for w in sorted(spans)]
+            words = [text[spans[w][0]:spans[w][1]].strip() for w in sorted(spans)]  # byte-level BPE offsets keep the space
             out.append((e.ids, [index[w] if w is not None else -1 for w in e.word_ids], words))
         return out
 
