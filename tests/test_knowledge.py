@@ -130,3 +130,14 @@ def test_words_carry_no_tokenizer_whitespace(kind):
     assert all(w == w.strip() and w for w in words) and max(index) == len(words) - 1
     # words are cut from the original text, so even a lower-casing WordPiece keeps the capitals visible
     assert capitalised_runs(words)[1] == [False, False, False, True, True, False, True]
+
+
+def test_entity_lexicon_units_and_single_word_phrases_are_not_phrases(tmp_path):
+    from plm_lightning.data.knowledge import KnowledgeSpec
+
+    (tmp_path / "entities.txt").write_text("new york\npython\n")
+    spec = KnowledgeSpec(entity_lexicon=str(tmp_path / "entities.txt"))
+    phrase_units, in_phrase, entity_units, in_entity = spec.units(
+        ["I", "love", "New", "York", "and", "Python", "."], {("i", "love"), ("python",)})
+    assert in_phrase == [True, True, False, False, False, False, False]  # a one-word lexicon hit is not a phrase
+    assert in_entity == [False, False, True, True, False, True, False] and entity_units[2] == entity_units[3]

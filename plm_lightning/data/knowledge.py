@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from plm_lightning.errors import ConfigError
@@ -134,6 +134,7 @@ class KnowledgeSpec:
     phrase_lexicon: str | None = None
     entity_lexicon: str | None = None
     phrases: PhraseConfig = PhraseConfig()
+    _entities: set[Phrase] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for key, path in (("data.phrase_lexicon", self.phrase_lexicon), ("data.entity_lexicon", self.entity_lexicon)):
@@ -154,12 +155,22 @@ class KnowledgeSpec:
             return load_lexicon(self.phrase_lexicon, "data.phrase_lexicon")
         return fit_phrases(sentences, self.phrases)
 
+    def entity_table(self) -> set[Phrase] | None:
+        """The entity lexicon (read once), or None for capitalised-run detection."""
+        if self.entity_lexicon is None:
+            return None
+        if self._entities is None:
+            object.__setattr__(self, "_entities", load_lexicon(self.entity_lexicon, "data.entity_lexicon"))
+        return self._entities
+
     def units(self, words: Sequence[str], phrases: set[Phrase]) -> tuple[list[int], list[bool], list[int], list[bool]]:
-        """(phrase units, in a phrase, entity units, in an entity) per word."""
+        """(phrase units, in a phrase, entity units, in an entity) per word; a phrase has at least two words."""
         phrase_units, in_phrase = match_lexicon(words, phrases, self.phrases.max_words)
-        in_phrase = [flag and sum(u == phrase_units[i] for u in phrase_units) > 1 for i, flag in enumerate(in_phrase)]
-        if self.entity_lexicon is not None:
-            entity_units, in_entity = match_lexicon(words, load_lexicon(self.entity_lexicon, "data.entity_lexicon"), 8)
+        sizes = Counter(phrase_units)
+        in_phrase = [flag and sizes[phrase_units[i]] > 1 for i, flag in enumerate(in_phrase)]
+        entities = self.entity_table()
+        if entities is not None:
+            entity_units, in_entity = match_lexicon(words, entities, 8)
         else:
             entity_units, in_entity = capitalised_runs(words)
         return phrase_units, in_phrase, entity_units, in_entity
