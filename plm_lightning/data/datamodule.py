@@ -37,7 +37,9 @@ class BlockDataset(Dataset):
 
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         """``key``: an index, or ``(epoch, index[, position])`` from :class:`BlockSampler`."""
-        epoch, index, position = (0, key, key) if not isinstance(key, tuple) else (*key, key[1])[:3]
+        key = key if isinstance(key, tuple) else (0, key)
+        epoch, index = key[:2]
+        position = key[2] if len(key) > 2 else index
         b = self.blocks
         sample = {
             "index": index,
