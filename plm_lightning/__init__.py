@@ -10,6 +10,7 @@ from plm_lightning.data import (
     CausalLMDataModule,
     MaskedLMCollator,
     MaskedLMDataModule,
+    MultilingualDataModule,
     TextDataModule,
     TextTokenizer,
     embedded_corpus,
@@ -24,6 +25,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ELECTRA", "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ConfigError", "Decoder", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
-    "MaskingConfig", "PretrainingModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus",
-    "get_preset", "mask_tokens",
+    "MaskingConfig", "MultilingualDataModule", "PretrainingModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
+    "embedded_corpus", "get_preset", "mask_tokens",
 ]

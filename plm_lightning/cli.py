@@ -127,11 +127,11 @@ def _explain_parse_error(err: Exception) -> str:
 def _valid_keys(section: str) -> list[str]:
     import inspect as pyinspect
 
-    from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule
+    from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, MultilingualDataModule
     from plm_lightning.objectives import CausalLM, MaskedLM
 
     classes = {"model": [MaskedLM, CausalLM, PretrainingModule],
-               "data": [MaskedLMDataModule, CausalLMDataModule, TextDataModule]}
+               "data": [MaskedLMDataModule, MultilingualDataModule, CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

@@ -68,7 +68,10 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     lengths: list[int] = []
     in_unit = {"in_phrase": 0, "in_entity": 0}
     stages: list[int] = []
+    streams: list[int] = []
     for samples, batch in _batches(datamodule, batches):
+        if "stream" in batch:
+            streams.extend(batch["stream"].tolist())
         original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
         real = batch["attention_mask"].numpy().astype(bool)
         labels = batch["labels"].numpy()
@@ -110,7 +113,20 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "phrase_token_fraction": in_unit["in_phrase"] / loss_tokens if stages and loss_tokens else None,
         "entity_token_fraction": in_unit["in_entity"] / loss_tokens if stages and loss_tokens else None,
         "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
+        **_stream_mix(datamodule, streams),
     }
+
+
+def _stream_mix(datamodule: TextDataModule, streams: list[int]) -> dict[str, Any]:
+    """Multilingual data (XLM, mBERT): the share of measured samples per language / parallel corpus, next to the
+    smoothed sampling probabilities they are drawn with."""
+    names = getattr(datamodule, "stream_names", None)
+    if not names or not streams:
+        return {}
+    counts = np.bincount(streams, minlength=len(names)) / len(streams)
+    target = datamodule.stream_weights()
+    return {"stream_fraction": dict(zip(names, counts.round(4).tolist())),
+            "stream_probability": dict(zip(names, target.round(4).tolist()))}
 
 
 def _bracket_units(sample: dict[str, Any], kind: str, tok: Any, real: int) -> str:
@@ -138,6 +154,13 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24)
     for kind in ("phrase", "entity"):  # ERNIE's knowledge units, bracketed
         if f"in_{kind}" in samples[0]:
             out.write(f"{kind} units [...]:\n  {_bracket_units(samples[0], kind, tok, real)}\n\n")
+    if "stream" in batch:  # multilingual: the sample's language or parallel corpus
+        name = datamodule.stream_names[int(batch["stream"][0])]
+        out.write(f"stream: {name}" + (" (TLM pair)" if "-" in name else "") + "\n\n")
+    if "position_ids" in batch:
+        out.write(f"position ids (restart at the target sentence):\n  {batch['position_ids'][0, :real].tolist()}\n\n")
+    if "token_type_ids" in batch and "stream" in batch:
+        out.write(f"token types (language ids):\n  {batch['token_type_ids'][0, :real].tolist()}\n\n")
     if "knowledge_stage" in batch:
         out.write(f"stage: {datamodule.collator().stages[int(batch['knowledge_stage'][0])]}\n\n")
     out.write(f"corrupted input:\n  {show(ids)}\n\n")

@@ -22,7 +22,7 @@ def _train_losses(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
-                                    "deberta", "deberta-v3", "ernie", "gpt2"])
+                                    "deberta", "deberta-v3", "ernie", "xlm", "mbert", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -44,6 +44,19 @@ def test_electra_generator_divisor_must_divide_hidden_size(tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "electra.yaml"), "--trainer.max_steps", "1",
                    "--model.generator_size_divisor", "3"], cwd=tmp_path)
     _one_line_error(res, "model.generator_size_divisor=3", "hidden size 64")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--data.language_alpha", "0"], ["data.language_alpha=0.0 must be > 0"]),
+    (["--data.parallel_corpora", "{en-fake: {tmp}/empty.tsv}"], ["data.parallel_corpora[en-fake]", "no sentence pairs"]),
+    (["--data.corpora", "{en: embedded, fake: {tmp}/missing.txt}"], ["data.corpora[fake]", "missing.txt"]),
+])
+def test_xlm_bad_input_is_one_line(args, needles, tmp_path):
+    (tmp_path / "empty.tsv").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "xlm.yaml"), "--trainer.max_steps", "1", *args],
+                  cwd=tmp_path)
+    _one_line_error(res, *needles)
 
 
 def test_print_config_shows_resolved_recipe(tmp_path):
@@ -136,7 +149,8 @@ def test_json_config_roundtrip_of_cli_defaults():
 
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
                                               ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
-                                              ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"), ("gpt2", "CausalLM")])
+                                              ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"), ("xlm", "MaskedLM"),
+                                              ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -153,6 +167,10 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
     elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
         assert abs(stats["loss_fraction"] - 0.30) < 0.01
     elif recipe != "gpt2":
+        if recipe == "xlm":  # English, Fake-English and the TLM pairs, drawn with their smoothed probabilities
+            assert stats["stream_probability"] == {"en": pytest.approx(0.25, abs=0.01),
+                                                   "fake": pytest.approx(0.25, abs=0.01), "en-fake": 0.5}
+            assert abs(stats["stream_fraction"]["en-fake"] - 0.5) < 0.1
         assert abs(stats["loss_fraction"] - 0.15) < 0.01
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05 and abs(stats["random_token_fraction"] - 0.1) < 0.04
     else:

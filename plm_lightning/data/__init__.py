@@ -2,12 +2,15 @@
 
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
+from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
 from plm_lightning.data.packing import PackedBlocks
-from plm_lightning.data.sources import embedded_corpus, load_documents, split_sentences
+from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
+from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 
 __all__ = [
     "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "MaskedLMCollator", "MaskedLMDataModule",
-    "PackedBlocks", "TextDataModule", "TextTokenizer", "embedded_corpus", "load_documents", "sample_keys",
-    "split_sentences", "train_tokenizer",
+    "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator", "PackedBlocks", "TextDataModule",
+    "TextTokenizer", "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys",
+    "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

@@ -40,11 +40,15 @@ class BlockDataset(Dataset):
         key = key if isinstance(key, tuple) else (0, key)
         epoch, index = key[:2]
         position = key[2] if len(key) > 2 else index
+        return self.sample(index, epoch, epoch + position / max(1, len(self.blocks)))
+
+    def sample(self, index: int, epoch: int, progress: float) -> dict[str, Any]:
+        """Block ``index`` with the fields its collator reads; ``progress`` is the training progress in epochs."""
         b = self.blocks
         sample = {
             "index": index,
             "epoch": epoch,
-            "progress": epoch + position / max(1, len(b)),
+            "progress": progress,
             "input_ids": np.asarray(b.input_ids[index]),
             "document_ids": np.asarray(b.document_ids[index]),
             "segment_b_start": None if b.segment_b_start is None else int(b.segment_b_start[index]),
@@ -62,6 +66,8 @@ class TextDataModule(L.LightningDataModule):
     """Shared data path of every objective; subclasses choose the packing mode and the collator."""
 
     required_special_tokens: tuple[str, ...] = ("pad",)
+    token_type_vocab: int | None = None
+    """Token types the model must embed when the data defines its own (XLM's languages); None keeps the model's."""
 
     def __init__(
         self,

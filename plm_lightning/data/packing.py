@@ -10,6 +10,8 @@ Packing modes:
   segment B is the real continuation half the time, else a segment from another document.
 * ``sentence_order`` - ALBERT SOP pairs (Lan et al. 2020, sec. 3.1 "Inter-sentence coherence loss"): two
   consecutive segments of one document, in order half the time and swapped otherwise.
+
+and, from a parallel corpus, :func:`pack_translation_pairs` for XLM's translation language modelling.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -57,13 +60,16 @@ class PackedBlocks:
     """ERNIE: True where a token begins an entity unit (an entity, or a word outside entities)."""
     in_phrase: np.ndarray | None = None
     in_entity: np.ndarray | None = None
+    position_ids: np.ndarray | None = None
+    """TLM: 0-based positions, restarting at the target sentence (None: 0, 1, 2, ...)."""
+    language_ids: np.ndarray | None = None
+    """TLM: the language of each token (None: the block's corpus decides)."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def save(self, directory: Path, split: str) -> None:
-        for name in ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts",
-                     *KNOWLEDGE_FIELDS):
+        for name in BLOCK_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 np.save(directory / f"{split}.{name}.npy", value)
@@ -74,8 +80,11 @@ class PackedBlocks:
             path = directory / f"{split}.{name}.npy"
             return np.load(path, mmap_mode="r") if path.exists() else None
 
-        return cls(get("input_ids"), get("document_ids"), get("segment_b_start"), get("sentence_label"),
-                   get("word_starts"), *(get(name) for name in KNOWLEDGE_FIELDS))
+        return cls(**{name: get(name) for name in BLOCK_FIELDS})
+
+
+BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts", *KNOWLEDGE_FIELDS,
+                "position_ids", "language_ids")
 
 
 @dataclass
@@ -254,6 +263,37 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
     return blocks
 
 
+def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int, cls_id: int, sep_id: int,
+                           pad_id: int, languages: tuple[int, int], rng: np.random.Generator) -> PackedBlocks:
+    """XLM's translation language modelling input (Lample & Conneau 2019, sec. 3.3 and fig. 2): one sentence pair
+    per block, ``[CLS] source [SEP] target [SEP]``, positions restarting at the target sentence and every token
+    tagged with its sentence's language; a pair longer than the block loses tokens as BERT's truncate_seq_pair
+    does. ``pairs`` hold flagged tokens (:func:`_flag_sentence`), so word-level masking sees word starts."""
+    rows, positions, language_rows = [], [], []
+    for source, target in pairs:
+        a, b = list(source), list(target)
+        _truncate_pair(a, b, length - 3, rng)
+        if not a or not b:
+            continue
+        rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
+        positions.append([*range(len(a) + 2), *range(len(b) + 1)])
+        language_rows.append([languages[0]] * (len(a) + 2) + [languages[1]] * (len(b) + 1))
+    blocks = _blocks_from_rows(rows, length, pad_id)
+    for name in KNOWLEDGE_FIELDS:
+        setattr(blocks, name, None)
+    blocks.position_ids = np.zeros((len(rows), length), dtype=np.int16)
+    blocks.language_ids = np.zeros((len(rows), length), dtype=np.int8)
+    for i, (p, lang) in enumerate(zip(positions, language_rows)):
+        blocks.position_ids[i, : len(p)] = p
+        blocks.language_ids[i, : len(lang)] = lang
+    return blocks
+
+
+def flagged_sentences(texts: list[str], tokenizer: TextTokenizer, segmenter: str = "tokenizer") -> list[list[int]]:
+    """Token ids of each text with their word-start flags (see :class:`TokenizedDocument`)."""
+    return [_flag_sentence(ids, index, []) for ids, index, _ in tokenizer.encode_batch_with_words(texts, segmenter)]
+
+
 def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic train/validation split by document index."""
     order = np.random.default_rng(seed).permutation(n)
@@ -290,26 +330,39 @@ def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, toke
 
     ``documents_fn`` is only called on a cache miss.
     """
-    if tokenizer_file is not None and Path(tokenizer_file).is_file():
-        tok_hash = hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest()
-    else:
-        tok_hash = hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
-    key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tok_hash, length=length, mode=mode,
-                      val_fraction=val_fraction, seed=seed, knowledge=knowledge.cache_key() if knowledge else None,
-                      segmenter=segmenter)
-    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
-    target = cache_dir / "packed" / f"{mode}-{length}-{key}"
-    if not (target / "meta.json").is_file():
+    key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tokenizer_hash(tokenizer, tokenizer_file),
+                      length=length, mode=mode, val_fraction=val_fraction, seed=seed,
+                      knowledge=knowledge.cache_key() if knowledge else None, segmenter=segmenter)
+
+    def build() -> dict[str, PackedBlocks]:
         docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous", knowledge=knowledge,
                                   segmenter=segmenter)
         train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
+        return {split: pack([docs[i] for i in idx], mode, length, tokenizer, seed, knowledge is not None)
+                for split, idx in (("train", train_idx), ("val", val_idx))}
+
+    return cached_splits(cache_dir, f"{mode}-{length}", key_fields, build)
+
+
+def tokenizer_hash(tokenizer: TextTokenizer, tokenizer_file: str | None) -> str:
+    if tokenizer_file is not None and Path(tokenizer_file).is_file():
+        return hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest()
+    return hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
+
+
+def cached_splits(cache_dir: Path, name: str, key_fields: dict, build: Callable[[], dict[str, PackedBlocks]]
+                  ) -> dict[str, PackedBlocks]:
+    """The train/validation blocks cached under ``key_fields``: built once (written to a temporary directory and
+    renamed into place, so a killed build leaves nothing half-written), then memory-mapped."""
+    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
+    target = cache_dir / "packed" / f"{name}-{key}"
+    if not (target / "meta.json").is_file():
+        splits = build()
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
-        counts = {}
-        for split, idx in (("train", train_idx), ("val", val_idx)):
-            blocks = pack([docs[i] for i in idx], mode, length, tokenizer, seed, knowledge is not None)
+        for split, blocks in splits.items():
             blocks.save(tmp, split)
-            counts[split] = len(blocks)
+        counts = {split: len(blocks) for split, blocks in splits.items()}
         (tmp / "meta.json").write_text(json.dumps({**key_fields, "blocks": counts}, indent=2))
         try:
             os.replace(tmp, target)

@@ -20,6 +20,7 @@ from pathlib import Path
 from plm_lightning.errors import ConfigError
 
 EMBEDDED = "embedded"
+FAKE_PREFIX = "fake:"
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
 _EMBEDDED_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo", "ensurepip",
                   "__pycache__", "__phello__"}
@@ -169,6 +170,9 @@ def is_saved_dataset(path: str) -> bool:
 def source_fingerprint(source: str | None, text_field: str = "text", max_documents: int | None = None) -> str | None:
     """A cheap fingerprint (no text read) for the embedded corpus and local files; None for HF datasets."""
     suffix = f"-first{max_documents}" if max_documents is not None else ""
+    if source is not None and source.startswith(FAKE_PREFIX):
+        inner = source_fingerprint(source[len(FAKE_PREFIX):] or None, text_field, max_documents)
+        return None if inner is None else f"fake-v1-{inner}"
     if source in (None, "", EMBEDDED):
         return _embedded_fingerprint() + suffix
     if is_saved_dataset(source):
@@ -178,9 +182,26 @@ def source_fingerprint(source: str | None, text_field: str = "text", max_documen
     return None
 
 
+# Fake-English (K et al. 2020, "Cross-Lingual Ability of Multilingual BERT", sec. 3.1): English with every letter
+# moved to another script, so it shares no word piece with English (digits and punctuation stay). Letters go to
+# the Armenian block, whose letters survive lower-casing, NFD and accent stripping as distinct characters.
+_FAKE_LETTERS = str.maketrans({**{chr(ord("a") + i): chr(0x0561 + i) for i in range(26)},
+                               **{chr(ord("A") + i): chr(0x0531 + i) for i in range(26)}})
+
+
+def fake_language(text: str) -> str:
+    """``text`` in Fake-English: the same words, sentences and documents in letters no other corpus here uses."""
+    return text.translate(_FAKE_LETTERS)
+
+
 def load_documents(source: str | None, text_field: str = "text", split: str = "train",
                    max_documents: int | None = None) -> tuple[list[str], str]:
-    """Documents of ``source`` and their fingerprint. ``None`` or ``'embedded'`` is the embedded corpus."""
+    """Documents of ``source`` and their fingerprint. ``None`` or ``'embedded'`` is the embedded corpus;
+    ``fake:<source>`` is that source in Fake-English (:func:`fake_language`), a second language with a parallel
+    corpus for free when no other language is on disk."""
+    if source is not None and source.startswith(FAKE_PREFIX):
+        docs, fingerprint = load_documents(source[len(FAKE_PREFIX):] or None, text_field, split, max_documents)
+        return [fake_language(d) for d in docs], f"fake-v1-{fingerprint}"
     if source in (None, "", EMBEDDED):
         docs, fingerprint = list(embedded_corpus()), _embedded_fingerprint()
     else:
@@ -218,3 +239,48 @@ def split_sentences(document: str) -> list[str]:
         if paragraph:
             sentences.extend(s.strip() for s in _segmenter().segment(paragraph) if s.strip())
     return sentences
+
+
+def parallel_fingerprint(source: str, max_pairs: int | None = None) -> str | None:
+    """The fingerprint :func:`load_parallel` gives ``source``, without reading it; None when it must be read."""
+    suffix = f"-first{max_pairs}" if max_pairs is not None else ""
+    if source.startswith(FAKE_PREFIX):
+        inner = source_fingerprint(source[len(FAKE_PREFIX):] or None)
+        return None if inner is None else f"fake-pairs-v1-{inner}{suffix}"
+    path = Path(source).expanduser()
+    return _file_fingerprint([path], "parallel") + suffix if path.is_file() and path.stat().st_size else None
+
+
+def load_parallel(name: str, source: str, max_pairs: int | None = None) -> tuple[list[tuple[str, str]], str]:
+    """Sentence pairs of a parallel corpus and their fingerprint: a UTF-8 file of ``source<TAB>target`` lines, or
+    ``fake:<source>`` (each sentence of that source paired with its Fake-English version)."""
+    where = f"data.parallel_corpora[{name}]"
+    if source.startswith(FAKE_PREFIX):
+        docs, fingerprint = load_documents(source[len(FAKE_PREFIX):] or None)
+        pairs = [(s, fake_language(s)) for d in docs for s in split_sentences(d)]
+        fingerprint = f"fake-pairs-v1-{fingerprint}"
+    else:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{where}: no such file '{source}'; give a UTF-8 file of source<TAB>target lines or "
+                              f"'{FAKE_PREFIX}<source>'")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{where}: '{source}' is not UTF-8 text (byte {err.start})") from err
+        pairs = []
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+                raise ConfigError(f"{where}: '{source}' line {line_no} is not 'source<TAB>target' (one tab, two "
+                                  f"non-empty sides)")
+            pairs.append((fields[0].strip(), fields[1].strip()))
+        fingerprint = _file_fingerprint([path], "parallel")
+    if max_pairs is not None:
+        pairs, fingerprint = pairs[:max_pairs], f"{fingerprint}-first{max_pairs}"
+    if not pairs:
+        raise ConfigError(f"{where}: '{source}' holds no sentence pairs; translation language modelling needs at "
+                          "least one source<TAB>target line")
+    return pairs, fingerprint

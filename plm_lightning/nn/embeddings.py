@@ -44,7 +44,8 @@ class Embeddings(nn.Module):
         x = self.token(input_ids)
         if self.kind in ("learned", "sinusoidal"):
             if position_ids is None:
-                position_ids = torch.arange(length, device=input_ids.device)[None] + self.position_offset
+                position_ids = torch.arange(length, device=input_ids.device)[None]
+            position_ids = position_ids + self.position_offset  # 0-based positions -> rows (RoBERTa starts at 2)
             if self.kind == "learned":
                 x = x + self.position(position_ids)
             else:

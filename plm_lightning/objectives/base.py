@@ -139,12 +139,13 @@ class PretrainingModule(L.LightningModule):
     def run_stack(self, stack: nn.Module, batch: dict[str, Tensor], input_ids: Tensor | None = None,
                   output_positions: Tensor | None = None) -> Tensor:
         """Last hidden state of ``stack`` on the batch (or on ``input_ids`` in its place, e.g. ELECTRA's replaced
-        tokens), with the block-diagonal document mask when the batch packs several documents per row; only at
+        tokens), with the block-diagonal document mask when the batch packs several documents per row and the batch's
+        0-based ``position_ids`` when it has them (XLM's TLM restarts them per language); only at
         ``output_positions`` ``[B, K]`` when given (see ``TransformerStack.forward``)."""
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         ids = batch["input_ids"] if input_ids is None else input_ids
-        out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), mask=extra,
-                    output_positions=output_positions)
+        out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("position_ids"),
+                    mask=extra, output_positions=output_positions)
         return out.last_hidden_state
 
     def run_stack_for_loss(self, stack: nn.Module, batch: dict[str, Tensor], labels: Tensor,
@@ -180,6 +181,12 @@ class PretrainingModule(L.LightningModule):
                     f"{self.config.vocab_size}; raise model.vocab_size or set it to null to follow the tokenizer"
                 )
             self.tokenizer = tokenizer
+        types = getattr(datamodule, "token_type_vocab", None)
+        if types is not None and not self.built:
+            self.config = self.config.replace(type_vocab_size=types)
+        elif types is not None and self.config.type_vocab_size < types:
+            raise ConfigError(f"the data has {types} token types (languages) but the model embeds "
+                              f"{self.config.type_vocab_size}; set model.backbone_overrides.type_vocab_size={types}")
         seq_len = getattr(datamodule, "seq_len", None)
         limit = self.config.max_position_embeddings - self.config.position_offset
         if seq_len is not None and self.config.position_embedding in ("learned", "sinusoidal") and seq_len > limit:

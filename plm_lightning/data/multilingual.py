@@ -1,0 +1,259 @@
+"""Multilingual masked-LM data: XLM (Lample & Conneau 2019) and multilingual BERT (Devlin et al. 2019, the
+multilingual README).
+
+One corpus per language packs into its own stream of blocks; one tokenizer is trained on all of them (XLM's shared
+BPE vocabulary); each training draw picks a stream with exponentially smoothed probabilities (q_i ~ p_i^alpha,
+:func:`smoothed_probabilities`). XLM adds a language embedding to every token (carried as ``token_type_ids``, so
+the backbone's type embedding is the language embedding) and trains translation language modelling (TLM, sec. 3.3)
+on parallel corpora: a sentence pair is concatenated, positions restart at the target sentence and masking hits
+both sides, so a masked word can be recovered from its translation.
+
+corruption: MLM masking of any scheme, in every language and on both sides of a TLM pair | attention:
+bidirectional | loss: masked positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.datamodule import BlockDataset, MaskedLMDataModule
+from plm_lightning.data.packing import (
+    FORMAT_VERSION,
+    PackedBlocks,
+    build_or_load,
+    cached_splits,
+    flagged_sentences,
+    pack_translation_pairs,
+    split_documents,
+    tokenizer_hash,
+)
+from plm_lightning.data.sampling import BlockSampler, MixtureSampler, ResumableDataLoader, smoothed_probabilities
+from plm_lightning.data.sources import load_documents, load_parallel, parallel_fingerprint, source_fingerprint
+from plm_lightning.errors import ConfigError
+
+PAIR_PACKINGS = ("sentence_pairs", "sentence_order")
+
+
+class StreamDataset(Dataset):
+    """Several streams of packed blocks in one index space (stream after stream). Each sample carries its stream,
+    its tokens' languages (the stream's, or the TLM pair's per side) and its 0-based positions."""
+
+    def __init__(self, streams: list[PackedBlocks], languages: list[int]) -> None:
+        self.streams = [BlockDataset(b) for b in streams]
+        self.languages = languages
+        self.sizes = np.array([len(b) for b in streams], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
+        key = key if isinstance(key, tuple) else (0, key)
+        epoch, index = key[:2]
+        position = key[2] if len(key) > 2 else index
+        stream = int(np.searchsorted(self.offsets, index, side="right") - 1)
+        local = index - int(self.offsets[stream])
+        sample = self.streams[stream].sample(local, epoch, epoch + position / max(1, len(self)))
+        sample["index"] = index  # unique over the streams: seeds the corruption
+        sample["stream"] = stream
+        blocks = self.streams[stream].blocks
+        length = sample["input_ids"].shape[0]
+        sample["position_ids"] = (np.asarray(blocks.position_ids[local]) if blocks.position_ids is not None
+                                  else np.arange(length))
+        sample["language_ids"] = (np.asarray(blocks.language_ids[local]) if blocks.language_ids is not None
+                                  else np.full(length, self.languages[stream]))
+        return sample
+
+
+class MultilingualMLMCollator(MaskedLMCollator):
+    """Any masked-LM corruption, plus the language of every token as ``token_type_ids`` (XLM's language
+    embeddings; without them a TLM pair's sides take segment ids 0 and 1) and, with TLM, the restarted positions."""
+
+    def __init__(self, *args: Any, language_embeddings: bool = True, restart_positions: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.language_embeddings, self.restart_positions = language_embeddings, restart_positions
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        out = super().__call__(samples)
+        real = out["attention_mask"].numpy()
+        positions = np.stack([s["position_ids"] for s in samples]).astype(np.int64)
+        if self.language_embeddings:
+            types = np.stack([s["language_ids"] for s in samples]).astype(np.int64)
+            out["token_type_ids"] = torch.from_numpy(np.where(real, types, 0))
+        elif self.restart_positions and "token_type_ids" not in out:  # side of a TLM pair: 0 source, 1 target
+            sides = np.cumsum((positions == 0) & real, axis=1) - 1
+            out["token_type_ids"] = torch.from_numpy(np.where(real, np.clip(sides, 0, 1), 0))
+        if self.restart_positions:
+            out["position_ids"] = torch.from_numpy(positions)
+        out["stream"] = torch.tensor([s["stream"] for s in samples])
+        return out
+
+
+class MultilingualDataModule(MaskedLMDataModule):
+    """XLM / multilingual BERT data: ``corpora`` (language -> source), smoothed language sampling, language ids,
+    and TLM from ``parallel_corpora``. Every masked-LM option (masking scheme, packing, static masking) applies
+    per language."""
+
+    def __init__(
+        self,
+        *args: Any,
+        corpora: dict[str, str] | None = None,
+        language_alpha: float = 0.5,
+        parallel_corpora: dict[str, str] | None = None,
+        tlm_fraction: float = 0.5,
+        language_embeddings: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            corpora: Language code -> source (any data.source: embedded, files, a HF dataset, or fake:<source> for
+                Fake-English), in the order that numbers the languages.
+            language_alpha: Sampling exponent: a language is drawn with probability q_i ~ p_i^alpha, p_i its share
+                of the blocks (XLM 0.5, multilingual BERT 0.7, XLM-R 0.3; 1 = the natural mix). Parallel corpora
+                are mixed among themselves with the same exponent.
+            parallel_corpora: TLM: "src-tgt" (two languages of ``corpora``) -> a UTF-8 file of source<TAB>target
+                lines, or fake:<source> (each sentence paired with its Fake-English version).
+            tlm_fraction: Share of the training draws that are TLM pairs when parallel corpora are given (XLM
+                alternates MLM and TLM batches: 0.5).
+            language_embeddings: XLM: add a learned language embedding to every token (the backbone's
+                token-type embedding, resized to the number of languages); multilingual BERT has none.
+        """
+        super().__init__(*args, **kwargs)
+        if not corpora:
+            raise ConfigError("data.corpora: give at least one language, e.g. {en: embedded, fake: fake:embedded}")
+        if language_alpha <= 0:
+            raise ConfigError(f"data.language_alpha={language_alpha} must be > 0 (XLM 0.5, multilingual BERT 0.7, "
+                              "XLM-R 0.3; 1 keeps the natural mix)")
+        if not 0.0 <= tlm_fraction < 1.0:
+            raise ConfigError(f"data.tlm_fraction={tlm_fraction} must be in [0, 1)")
+        self.corpora, self.languages = dict(corpora), list(corpora)
+        self.parallel_corpora = dict(parallel_corpora or {})
+        for name in self.parallel_corpora:
+            pair = name.split("-")
+            if len(pair) != 2 or any(lang not in self.corpora for lang in pair):
+                raise ConfigError(f"data.parallel_corpora: key {name!r} must be 'src-tgt' with both languages in "
+                                  f"data.corpora ({', '.join(self.languages)})")
+        if self.packing in PAIR_PACKINGS and (language_embeddings or self.parallel_corpora):
+            raise ConfigError(f"data.packing={self.packing} puts NSP/SOP segments in the token types, which language "
+                              "embeddings and TLM pairs need; use full_sentences with them, or set "
+                              "data.language_embeddings=false and no parallel_corpora (multilingual BERT)")
+        self.language_alpha, self.tlm_fraction = language_alpha, tlm_fraction
+        self.language_embeddings = language_embeddings
+        self.token_type_vocab = len(self.languages) if language_embeddings else None
+        self._language_documents: dict[str, tuple[list[str], str]] = {}
+        self.stream_names: list[str] = []
+        self.stream_languages: list[int] = []
+        self.stream_blocks: dict[str, list[PackedBlocks]] = {}
+
+    # -- text: every language feeds the shared tokenizer --------------------------------------------------------
+    def language_documents(self, language: str) -> tuple[list[str], str]:
+        if language not in self._language_documents:
+            try:
+                self._language_documents[language] = load_documents(self.corpora[language], self.text_field,
+                                                                    self.split_name, self.max_documents)
+            except ConfigError as err:
+                raise ConfigError(f"data.corpora[{language}]: {err}") from err
+        return self._language_documents[language]
+
+    def _language_fingerprint(self, language: str) -> str:
+        if language in self._language_documents:
+            return self._language_documents[language][1]
+        cheap = source_fingerprint(self.corpora[language], self.text_field, self.max_documents)
+        return cheap if cheap is not None else self.language_documents(language)[1]
+
+    def documents(self) -> tuple[list[str], str]:
+        docs = [d for lang in self.languages for d in self.language_documents(lang)[0]]
+        return docs, self._fingerprint()
+
+    def _fingerprint(self) -> str:
+        return "multilingual-" + "|".join(f"{lang}={self._language_fingerprint(lang)}" for lang in self.languages)
+
+    # -- blocks: one stream per language, one per parallel corpus -----------------------------------------------
+    def _load_blocks(self) -> None:
+        tok = self.tokenizer
+        names, languages, streams = [], [], {"train": [], "val": []}
+        for i, lang in enumerate(self.languages):
+            blocks = build_or_load(lambda lang=lang: self.language_documents(lang)[0], self._language_fingerprint(lang),
+                                   tok, tok.file, self.packing, self.seq_len, self.val_fraction, self.seed,
+                                   self.cache_dir, self.knowledge_spec(), self.word_segmenter)
+            if len(blocks["train"]) == 0:
+                raise ConfigError(f"data.corpora[{lang}]: '{self.corpora[lang]}' yields no {self.seq_len}-token "
+                                  f"training block with packing={self.packing}; add text or lower data.seq_len")
+            names.append(lang)
+            languages.append(i)
+            for split in streams:
+                streams[split].append(blocks[split])
+        if self.tlm_fraction > 0:
+            for name, source in self.parallel_corpora.items():
+                blocks = self._translation_blocks(name, source)
+                names.append(name)
+                languages.append(self.languages.index(name.split("-")[0]))
+                for split in streams:
+                    streams[split].append(blocks[split])
+        self.stream_names, self.stream_languages, self.stream_blocks = names, languages, streams
+        self.blocks = {split: streams[split][0] for split in streams}  # the first language's, for generic readers
+
+    def _translation_blocks(self, name: str, source: str) -> dict[str, PackedBlocks]:
+        tok = self.tokenizer
+        src, tgt = (self.languages.index(lang) for lang in name.split("-"))
+        fingerprint = parallel_fingerprint(source, self.max_documents)
+        if fingerprint is None:  # read it now: a missing or empty file is reported before anything else
+            fingerprint = load_parallel(name, source, self.max_documents)[1]
+        key_fields = dict(v=FORMAT_VERSION, kind="tlm", pairs=fingerprint, tokenizer=tokenizer_hash(tok, tok.file),
+                          length=self.seq_len, languages=[src, tgt], val_fraction=self.val_fraction, seed=self.seed,
+                          segmenter=self.word_segmenter)
+
+        def build() -> dict[str, PackedBlocks]:
+            pairs = load_parallel(name, source, self.max_documents)[0]
+            flagged = flagged_sentences([side for pair in pairs for side in pair], tok, self.word_segmenter)
+            tokenized = list(zip(flagged[0::2], flagged[1::2]))
+            train_idx, val_idx = split_documents(len(tokenized), self.val_fraction, self.seed)
+            ids = tok.ids
+            return {split: pack_translation_pairs([tokenized[i] for i in idx], self.seq_len, ids["cls"], ids["sep"],
+                                                  ids["pad"], (src, tgt), np.random.default_rng(self.seed))
+                    for split, idx in (("train", train_idx), ("val", val_idx))}
+
+        return cached_splits(self.cache_dir, f"tlm-{self.seq_len}", key_fields, build)
+
+    def stream_weights(self) -> np.ndarray:
+        """Training probability of each stream: (1 - tlm_fraction) * q over the languages, tlm_fraction * q over
+        the parallel corpora (q smoothed by ``language_alpha`` within each group)."""
+        sizes = np.array([len(b) for b in self.stream_blocks["train"]])
+        mono = len(self.languages)
+        weights = smoothed_probabilities(sizes[:mono], self.language_alpha)
+        if len(sizes) == mono:
+            return weights
+        if (sizes[mono:] == 0).any():
+            empty = [n for n, s in zip(self.stream_names[mono:], sizes[mono:]) if s == 0]
+            raise ConfigError(f"data.parallel_corpora{empty}: no training pair left after the validation split")
+        tlm = smoothed_probabilities(sizes[mono:], self.language_alpha)
+        return np.concatenate([(1 - self.tlm_fraction) * weights, self.tlm_fraction * tlm])
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        dataset = StreamDataset(self.stream_blocks[split], self.stream_languages)
+        if len(dataset) == 0:
+            return []
+        trainer = self.trainer
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        if shuffle:
+            sampler = MixtureSampler(dataset.sizes.tolist(), self.stream_weights(), self.seed, replicas, rank)
+        else:
+            sampler = BlockSampler(len(dataset), shuffle=False, seed=self.seed, num_replicas=replicas, rank=rank,
+                                   drop_last=False)
+        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
+                                   num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
+                                   generator=torch.Generator().manual_seed(self.seed))
+
+    def collator(self) -> MultilingualMLMCollator:
+        tok = self.tokenizer
+        return MultilingualMLMCollator(
+            tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed, self.static_masking,
+            self.dupe_factor, self.document_mask, self.masking_scheme, self.spans, self.max_ngram,
+            self.knowledge_stages, self.stage_epochs, language_embeddings=self.language_embeddings,
+            restart_positions=bool(self.parallel_corpora) and self.tlm_fraction > 0)
