@@ -187,3 +187,13 @@ def test_too_small_type_table_is_refused(three_languages):
     model._trainer = type("T", (), {"datamodule": three_languages})()
     with pytest.raises(ConfigError, match="3 token types .* model embeds 2"):
         model.setup("fit")
+
+
+def test_interleaved_validation_order_spreads_every_stream():
+    from plm_lightning.data.sampling import InterleavedSampler
+
+    order = [i for _, i, _ in InterleavedSampler([10, 100, 30], seed=0)]
+    assert sorted(order) == list(range(140))
+    first_tenth = np.array(order[:14])
+    assert ((first_tenth < 10).sum(), ((first_tenth >= 10) & (first_tenth < 110)).sum(), (first_tenth >= 110).sum()) \
+        == (1, 10, 3)

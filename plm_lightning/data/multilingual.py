@@ -32,7 +32,7 @@ from plm_lightning.data.packing import (
     split_documents,
     tokenizer_hash,
 )
-from plm_lightning.data.sampling import BlockSampler, MixtureSampler, ResumableDataLoader, smoothed_probabilities
+from plm_lightning.data.sampling import InterleavedSampler, MixtureSampler, ResumableDataLoader, smoothed_probabilities
 from plm_lightning.data.sources import load_documents, load_parallel, parallel_fingerprint, source_fingerprint
 from plm_lightning.errors import ConfigError
 
@@ -244,8 +244,7 @@ class MultilingualDataModule(MaskedLMDataModule):
         if shuffle:
             sampler = MixtureSampler(dataset.sizes.tolist(), self.stream_weights(), self.seed, replicas, rank)
         else:
-            sampler = BlockSampler(len(dataset), shuffle=False, seed=self.seed, num_replicas=replicas, rank=rank,
-                                   drop_last=False)
+            sampler = InterleavedSampler(dataset.sizes.tolist(), self.seed, replicas, rank)
         return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
                                    num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
                                    generator=torch.Generator().manual_seed(self.seed))

@@ -110,3 +110,17 @@ class ResumableDataLoader(DataLoader):
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Applied at the next ``__iter__``, after Lightning has set the sampler's epoch."""
         self._pending = dict(state)
+
+
+class InterleavedSampler(BlockSampler):
+    """Every block of several concatenated streams once, in a fixed order that spreads each stream evenly over the
+    epoch, so a validation pass cut short (``limit_val_batches``) still sees every language in its proportion."""
+
+    def __init__(self, sizes: list[int], seed: int, num_replicas: int = 1, rank: int = 0) -> None:
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        super().__init__(int(self.sizes.sum()), shuffle=False, seed=seed, num_replicas=num_replicas, rank=rank,
+                         drop_last=False)
+
+    def epoch_order(self) -> np.ndarray:
+        fraction = np.concatenate([(np.arange(n) + 0.5) / n for n in self.sizes if n > 0])
+        return np.argsort(fraction, kind="stable")

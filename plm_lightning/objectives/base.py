@@ -284,6 +284,23 @@ class PretrainingModule(L.LightningModule):
         for name, value in self._scalars(out).items():
             self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
         self.log("val/accuracy", self.val_accuracy, batch_size=bs)
+        names = getattr(getattr(self.trainer, "datamodule", None), "stream_names", None)
+        if "stream" in batch and names:
+            self._log_stream_losses(out, batch, names)
+
+    def _log_stream_losses(self, out: dict[str, Tensor], batch: dict[str, Tensor], names: list[str]) -> None:
+        """Multilingual data: the LM cross-entropy per language / parallel corpus (``val/lm_loss_<name>``,
+        token-weighted over the epoch; under DDP the values are rank 0's half of the validation set, since a rank
+        whose batch lacks a language logs nothing for it and a synced log would wait for it forever)."""
+        rows = torch.nonzero(batch["labels"] != IGNORE_INDEX)[:, 0]  # the row of each target, in lm_targets' order
+        if rows.numel() != out["lm_targets"].numel():
+            return
+        losses = F.cross_entropy(out["lm_logits"].float(), out["lm_targets"], reduction="none")
+        stream = batch["stream"][rows]
+        for index, name in enumerate(names):
+            chosen = stream == index
+            if chosen.any():
+                self.log(f"val/lm_loss_{name}", losses[chosen].mean(), batch_size=int(chosen.sum()))
 
     def on_validation_epoch_end(self) -> None:
         """Token-weighted LM cross-entropy over the whole validation set, and its perplexity (auxiliary losses such
