@@ -127,6 +127,21 @@ def unit_starts(units: Sequence[int]) -> list[bool]:
     return [i == 0 or units[i] != units[i - 1] for i in range(len(units))]
 
 
+def word_signals(document: Sequence[Sequence[str]]) -> list[tuple[list[bool], list[bool], list[bool]]]:
+    """ERNIE 2.0's word-aware labels (Sun et al. 2020, sec. 4.2.1) for one document given as sentences of words:
+    per sentence, per word, (capitalised: its first letter is upper-case; lexical: it has a letter or digit, the
+    words the two tasks are asked about; elsewhere: it (lower-cased) also occurs in another sentence of the document
+    (token-document relation; a segment is a sentence here)."""
+    lowered = [[w.lower() for w in words] for words in document]
+    sentence_count = Counter(w for words in lowered for w in set(words))
+    out = []
+    for words, low in zip(document, lowered):
+        lexical = [any(c.isalnum() for c in w) for w in words]
+        capitalised = [lex and w[:1].isupper() for w, lex in zip(words, lexical)]
+        out.append((capitalised, lexical, [sentence_count[w] > 1 for w in low]))
+    return out
+
+
 @dataclass(frozen=True)
 class KnowledgeSpec:
     """Where phrase and entity units come from (the ``ernie`` masking scheme)."""

@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import MaskedLMCollator
-from plm_lightning.data.datamodule import BlockDataset, MaskedLMDataModule
+from plm_lightning.data.datamodule import MaskedLMDataModule, StreamDataset
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
@@ -37,37 +36,6 @@ from plm_lightning.data.sources import load_documents, load_parallel, parallel_f
 from plm_lightning.errors import ConfigError
 
 PAIR_PACKINGS = ("sentence_pairs", "sentence_order")
-
-
-class StreamDataset(Dataset):
-    """Several streams of packed blocks in one index space (stream after stream). Each sample carries its stream,
-    its tokens' languages (the stream's, or the TLM pair's per side) and its 0-based positions."""
-
-    def __init__(self, streams: list[PackedBlocks], languages: list[int]) -> None:
-        self.streams = [BlockDataset(b) for b in streams]
-        self.languages = languages
-        self.sizes = np.array([len(b) for b in streams], dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
-        key = key if isinstance(key, tuple) else (0, key)
-        epoch, index = key[:2]
-        position = key[2] if len(key) > 2 else index
-        stream = int(np.searchsorted(self.offsets, index, side="right") - 1)
-        local = index - int(self.offsets[stream])
-        sample = self.streams[stream].sample(local, epoch, epoch + position / max(1, len(self)))
-        sample["index"] = index  # unique over the streams: seeds the corruption
-        sample["stream"] = stream
-        blocks = self.streams[stream].blocks
-        length = sample["input_ids"].shape[0]
-        sample["position_ids"] = (np.asarray(blocks.position_ids[local]) if blocks.position_ids is not None
-                                  else np.arange(length))
-        sample["language_ids"] = (np.asarray(blocks.language_ids[local]) if blocks.language_ids is not None
-                                  else np.full(length, self.languages[stream]))
-        return sample
 
 
 class MultilingualMLMCollator(MaskedLMCollator):

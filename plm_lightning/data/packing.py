@@ -10,6 +10,8 @@ Packing modes:
   segment B is the real continuation half the time, else a segment from another document.
 * ``sentence_order`` - ALBERT SOP pairs (Lan et al. 2020, sec. 3.1 "Inter-sentence coherence loss"): two
   consecutive segments of one document, in order half the time and swapped otherwise.
+* ``sentence_distance`` - ERNIE 2.0 pairs (Sun et al. 2020, sec. 4.2.2): B follows A, comes from elsewhere in A's
+  document, or from another document (three classes).
 
 and, from a parallel corpus, :func:`pack_translation_pairs` for XLM's translation language modelling.
 """
@@ -28,18 +30,21 @@ from typing import Literal
 
 import numpy as np
 
-from plm_lightning.data.knowledge import KnowledgeSpec
+from plm_lightning.data.knowledge import KnowledgeSpec, word_signals
 from plm_lightning.data.sources import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
-PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order"]
-PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order")
-FORMAT_VERSION = 5
+PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
+                      "sentence_distance"]
+PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
+                 "sentence_distance")
+FORMAT_VERSION = 6
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
-WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY = (1 << (ID_BITS + i) for i in range(5))
-KNOWLEDGE_FIELDS = ("phrase_starts", "entity_starts", "in_phrase", "in_entity")
+WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY, CAPITALISED, LEXICAL, ELSEWHERE = (
+    1 << (ID_BITS + i) for i in range(8))
+KNOWLEDGE_FIELDS = ("phrase_starts", "entity_starts", "in_phrase", "in_entity", "capitalised", "lexical", "elsewhere")
 
 
 @dataclass
@@ -51,7 +56,8 @@ class PackedBlocks:
     segment_b_start: np.ndarray | None = None
     """Pair modes: index of the first token of segment B ([CLS] A [SEP] | B [SEP])."""
     sentence_label: np.ndarray | None = None
-    """Pair modes, Hugging Face conventions: NSP 0 = B continues A, 1 = B is random; SOP 0 = in order, 1 = swapped."""
+    """Pair modes, Hugging Face conventions: NSP 0 = B continues A, 1 = B is random; SOP 0 = in order, 1 = swapped;
+    distance 0 = adjacent, 1 = same document, 2 = another document."""
     word_starts: np.ndarray | None = None
     """True where a token begins a word (special tokens and padding count as word starts)."""
     phrase_starts: np.ndarray | None = None
@@ -60,6 +66,13 @@ class PackedBlocks:
     """ERNIE: True where a token begins an entity unit (an entity, or a word outside entities)."""
     in_phrase: np.ndarray | None = None
     in_entity: np.ndarray | None = None
+    capitalised: np.ndarray | None = None
+    """ERNIE 2.0 (with knowledge units): the token's word starts with an upper-case letter."""
+    lexical: np.ndarray | None = None
+    """ERNIE 2.0: the token's word has a letter or digit (the words capitalisation and token-document relation ask
+    about)."""
+    elsewhere: np.ndarray | None = None
+    """ERNIE 2.0 token-document relation: the token's word occurs in another sentence of its document."""
     position_ids: np.ndarray | None = None
     """TLM: 0-based positions, restarting at the target sentence (None: 0, 1, 2, ...)."""
     language_ids: np.ndarray | None = None
@@ -102,13 +115,15 @@ def _split_flags(tokens: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]
     ids = (tokens & ((1 << ID_BITS) - 1)).astype(np.int32)
     flags = {"word_starts": (tokens & WORD_CONT) == 0, "phrase_starts": (tokens & PHRASE_CONT) == 0,
              "entity_starts": (tokens & ENTITY_CONT) == 0, "in_phrase": (tokens & IN_PHRASE) != 0,
-             "in_entity": (tokens & IN_ENTITY) != 0}
+             "in_entity": (tokens & IN_ENTITY) != 0, "capitalised": (tokens & CAPITALISED) != 0,
+             "lexical": (tokens & LEXICAL) != 0, "elsewhere": (tokens & ELSEWHERE) != 0}
     return ids, flags
 
 
-def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]) -> list[int]:
+def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list],
+                   signals: tuple[list[bool], ...] = ()) -> list[int]:
     """Tokens with their flags: ``unit_flags`` = (phrase units, in phrase, entity units, in entity) per word, or
-    empty for word boundaries only."""
+    empty for word boundaries only; ``signals`` = ERNIE 2.0's (capitalised, lexical, elsewhere) per word."""
     out = []
     for i, (t, w) in enumerate(zip(ids, word_index)):
         continues_word = w >= 0 and i > 0 and word_index[i - 1] == w
@@ -118,6 +133,10 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
             value |= PHRASE_CONT if continues_word or (w > 0 and phrase_units[w] == phrase_units[w - 1]) else 0
             value |= ENTITY_CONT if continues_word or (w > 0 and entity_units[w] == entity_units[w - 1]) else 0
             value |= (IN_PHRASE if in_phrase[w] else 0) | (IN_ENTITY if in_entity[w] else 0)
+        if signals and w >= 0:
+            capitalised, lexical, elsewhere = signals
+            value |= (CAPITALISED if capitalised[w] else 0) | (LEXICAL if lexical[w] else 0)
+            value |= ELSEWHERE if elsewhere[w] else 0
         out.append(value)
     return out
 
@@ -130,8 +149,15 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
     flat = [s for u in units for s in u]
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()
-    encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [])
-               for ids, index, words in encoded_words]
+    signals: list[tuple] = []
+    if knowledge is not None:
+        pos = 0
+        for u in units:
+            signals.extend(word_signals([words for _, _, words in encoded_words[pos: pos + len(u)]]))
+            pos += len(u)
+    encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [],
+                              signals[k] if signals else ())
+               for k, (ids, index, words) in enumerate(encoded_words)]
     out, pos = [], 0
     for u in units:
         sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
@@ -211,11 +237,12 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
 
 def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
                         rng: np.random.Generator, short_seq_prob: float = 0.1,
-                        negatives: Literal["random_document", "swap"] = "random_document") -> PackedBlocks:
+                        negatives: Literal["random_document", "swap", "distance"] = "random_document") -> PackedBlocks:
     """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the pair label.
 
-    ``negatives``: ``random_document`` (NSP: B taken from another document) or ``swap`` (SOP, ALBERT's
-    create_pretraining_data: A and B are always consecutive, and exchanged for a negative).
+    ``negatives``: ``random_document`` (NSP: B taken from another document), ``swap`` (SOP, ALBERT's
+    create_pretraining_data: A and B are always consecutive, and exchanged for a negative) or ``distance`` (ERNIE
+    2.0's three classes, :func:`_distance_segment`).
     """
     max_tokens = length - 3
     rows, b_starts, labels = [], [], []
@@ -233,7 +260,15 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                 a = [t for s in chunk[:a_end] for t in s]
                 b: list[int] = []
                 is_random = negatives == "random_document" and len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
-                if is_random:
+                if negatives == "distance":
+                    chunk_start = i - len(chunk) + 1
+                    b, label = _distance_segment(docs, di, chunk_start, chunk_start + a_end - 1,
+                                                 target - len(a), rng, adjacent=len(chunk) > 1)
+                    if label == 0:
+                        b = [t for s in chunk[a_end:] for t in s]
+                    else:
+                        i -= len(chunk) - a_end  # put the unused sentences back
+                elif is_random:
                     other = di
                     for _ in range(10):
                         other = int(rng.integers(0, len(docs)))
@@ -249,7 +284,7 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                     b = [t for s in chunk[a_end:] for t in s]
                 if a and b:
                     _truncate_pair(a, b, max_tokens, rng)
-                    label = int(is_random)
+                    label = label if negatives == "distance" else int(is_random)
                     if negatives == "swap" and rng.random() < 0.5:
                         a, b, label = b, a, 1
                     rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
@@ -294,6 +329,37 @@ def flagged_sentences(texts: list[str], tokenizer: TextTokenizer, segmenter: str
     return [_flag_sentence(ids, index, []) for ids, index, _ in tokenizer.encode_batch_with_words(texts, segmenter)]
 
 
+def _distance_segment(docs: list[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
+                      rng: np.random.Generator, adjacent: bool) -> tuple[list[int], int]:
+    """ERNIE 2.0's sentence distance (Sun et al. 2020, sec. 4.2.2), three classes drawn uniformly: 0 = B follows A,
+    1 = B from the same document but not adjacent to A (at least one sentence between), 2 = B from another
+    document. Returns (B's tokens, label); label 0 leaves B to the caller (the rest of A's chunk). A class that the
+    document cannot give (one sentence, one document) falls back to another."""
+    sentences = docs[di].sentences
+    far = [j for j in range(len(sentences)) if j >= a_last + 2 or j <= a_first - 2]
+    choices = [c for c, ok in ((0, adjacent), (1, bool(far)), (2, len(docs) > 1)) if ok]
+    if not choices:
+        return [], 0
+    label = choices[int(rng.integers(0, len(choices)))]
+    if label == 0:
+        return [], 0
+    if label == 1:
+        j = far[int(rng.integers(0, len(far)))]
+        stop = len(sentences) if j > a_last else a_first - 1  # a run before A ends a sentence short of it
+    else:
+        other = di
+        while other == di:
+            other = int(rng.integers(0, len(docs)))
+        sentences = docs[other].sentences
+        j, stop = int(rng.integers(0, len(sentences))), len(sentences)
+    b: list[int] = []
+    for sentence in sentences[j:stop]:
+        b.extend(sentence)
+        if len(b) >= budget:
+            break
+    return b, label
+
+
 def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic train/validation split by document index."""
     order = np.random.default_rng(seed).permutation(n)
@@ -317,9 +383,10 @@ def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: Text
         return pack_contiguous(docs, length, ids["eos"])
     if mode in ("full_sentences", "doc_sentences"):
         return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
-    if mode in ("sentence_pairs", "sentence_order"):
+    if mode in ("sentence_pairs", "sentence_order", "sentence_distance"):
+        negatives = {"sentence_pairs": "random_document", "sentence_order": "swap", "sentence_distance": "distance"}
         return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed),
-                                   negatives="random_document" if mode == "sentence_pairs" else "swap")
+                                   negatives=negatives[mode])
     raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")
 
 

@@ -62,16 +62,29 @@ def smoothed_probabilities(sizes: np.ndarray | list[int], alpha: float) -> np.nd
 class MixtureSampler(BlockSampler):
     """Samples from several streams (corpora) concatenated in one index space: each of an epoch's draws picks a
     stream with probability ``weights`` and then that stream's next block in a per-epoch permutation, cycling when a
-    small stream is up-sampled past its size. An epoch has as many draws as there are blocks in all streams."""
+    small stream is up-sampled past its size. An epoch has as many draws as there are blocks in all streams.
 
-    def __init__(self, sizes: list[int], weights: np.ndarray, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
-        self.sizes, self.weights = np.asarray(sizes, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+    ``weights`` ``[S]``, or ``[K, S]`` with ``stage_epochs`` (K - 1 increasing progress values, in epochs): a draw
+    at training progress p (epoch + its place in the epoch) uses the weights of its stage, so a schedule such as
+    ERNIE 2.0's continual tasks can bring a stream in part-way through training.
+    """
+
+    def __init__(self, sizes: list[int], weights: np.ndarray, seed: int, num_replicas: int = 1, rank: int = 0,
+                 stage_epochs: tuple[float, ...] = ()) -> None:
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+        self.stage_epochs = np.asarray(stage_epochs, dtype=np.float64)
+        if len(self.stage_epochs) != self.weights.shape[0] - 1:
+            raise ValueError(f"{self.weights.shape[0]} stages of weights need {self.weights.shape[0] - 1} stage_epochs")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
         super().__init__(int(self.sizes.sum()), shuffle=True, seed=seed, num_replicas=num_replicas, rank=rank)
 
     def epoch_order(self) -> np.ndarray:
         rng = np.random.default_rng([self.seed, self.epoch])
-        streams = rng.choice(len(self.sizes), size=self.n, p=self.weights)
+        stage = np.searchsorted(self.stage_epochs, self.epoch + np.arange(self.n) / self.n, side="right")
+        cumulative = np.cumsum(self.weights, axis=1)
+        cumulative /= cumulative[:, -1:]
+        streams = np.minimum((rng.random(self.n)[:, None] >= cumulative[stage]).sum(1), len(self.sizes) - 1)
         order = np.empty(self.n, dtype=np.int64)
         for s, size in enumerate(self.sizes):
             where = np.flatnonzero(streams == s)
