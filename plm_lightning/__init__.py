@@ -8,6 +8,7 @@ from plm_lightning.callbacks import AtomicCheckpointIO, ThroughputMFU
 from plm_lightning.data import (
     CausalLMCollator,
     CausalLMDataModule,
+    ERNIE2DataModule,
     MaskedLMCollator,
     MaskedLMDataModule,
     MultilingualDataModule,
@@ -18,13 +19,13 @@ from plm_lightning.data import (
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
-from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PretrainingModule
+from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PretrainingModule
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ELECTRA", "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ConfigError", "Decoder", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
-    "MaskingConfig", "MultilingualDataModule", "PretrainingModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
-    "embedded_corpus", "get_preset", "mask_tokens",
+    "ELECTRA", "ERNIE2", "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator",
+    "CausalLMDataModule", "ConfigError", "Decoder", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM",
+    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "PretrainingModule",
+    "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus", "get_preset", "mask_tokens",
 ]

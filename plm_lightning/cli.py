@@ -127,11 +127,12 @@ def _explain_parse_error(err: Exception) -> str:
 def _valid_keys(section: str) -> list[str]:
     import inspect as pyinspect
 
-    from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, MultilingualDataModule
-    from plm_lightning.objectives import CausalLM, MaskedLM
+    from plm_lightning.data import CausalLMDataModule, ERNIE2DataModule, MaskedLMDataModule, MultilingualDataModule
+    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM
 
-    classes = {"model": [MaskedLM, CausalLM, PretrainingModule],
-               "data": [MaskedLMDataModule, MultilingualDataModule, CausalLMDataModule, TextDataModule]}
+    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, CausalLM, PretrainingModule],
+               "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, CausalLMDataModule,
+                        TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

@@ -46,13 +46,17 @@ def run_inspect(argv: list[str]) -> None:
     parser.add_argument("--config", action="append", required=True, help="recipe YAML (repeatable)")
     parser.add_argument("--batches", type=int, default=1, help="batches to measure")
     parser.add_argument("--json", action="store_true", help="print corruption statistics as one JSON object")
+    parser.add_argument("--progress", type=float, default=0.0,
+                        help="show the sample at this training progress, in epochs (staged recipes: ERNIE, ERNIE 2.0)")
     args, rest = parser.parse_known_args(argv)
     if args.batches < 1:
         raise ConfigError(f"--batches={args.batches} must be >= 1")
+    if args.progress < 0:
+        raise ConfigError(f"--progress={args.progress} must be >= 0")
     from plm_lightning.inspection import build_datamodule, corruption_statistics, render
 
     datamodule, objective = build_datamodule(args.config, rest)
     if args.json:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
     else:
-        render(datamodule, objective, sys.stdout)
+        render(datamodule, objective, sys.stdout, progress=args.progress)

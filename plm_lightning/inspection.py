@@ -24,11 +24,20 @@ def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextData
     return datamodule, cli.model
 
 
-def _batches(datamodule: TextDataModule, n: int):  # noqa: ANN202
+def _batches(datamodule: TextDataModule, n: int, progress: float | None = None):  # noqa: ANN202
+    """``n`` training batches spread evenly over the first epoch (so schedules show all their stages), or the
+    batch at training ``progress`` (in epochs)."""
     loader = datamodule.train_dataloader()
+    if progress is not None:
+        loader.sampler.set_epoch(int(progress))
     keys = list(loader.sampler)
     bs = datamodule.batch_size
-    for b in range(min(n, max(1, len(keys) // bs))):
+    total = max(1, len(keys) // bs)
+    if progress is not None:
+        starts = [min(total - 1, int((progress - int(progress)) * total))]
+    else:
+        starts = sorted({int(i * total / min(n, total)) for i in range(min(n, total))})
+    for b in starts:
         samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
         yield samples, loader.collate_fn(samples)
 
@@ -69,7 +78,11 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     in_unit = {"in_phrase": 0, "in_entity": 0}
     stages: list[int] = []
     streams: list[int] = []
+    ernie2: dict[str, list] = {"forms": [], "active": [], "reorder": [], "distance": [], "capitalization": [],
+                               "relation": []}
     for samples, batch in _batches(datamodule, batches):
+        if "task_type_ids" in batch:
+            _collect_ernie2(ernie2, collate, samples, batch)
         if "stream" in batch:
             streams.extend(batch["stream"].tolist())
         original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
@@ -110,10 +123,47 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "input_length_mean": float(np.mean(lengths)) if lengths else None,
         "target_length_mean": None,
         # ERNIE: the share of masked tokens inside phrases / entities, and the stage mix of the measured batches
-        "phrase_token_fraction": in_unit["in_phrase"] / loss_tokens if stages and loss_tokens else None,
-        "entity_token_fraction": in_unit["in_entity"] / loss_tokens if stages and loss_tokens else None,
+        "phrase_token_fraction": in_unit["in_phrase"] / chosen if stages and chosen else None,
+        "entity_token_fraction": in_unit["in_entity"] / chosen if stages and chosen else None,
         "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
         **_stream_mix(datamodule, streams),
+        **_ernie2_summary(ernie2, collate),
+    }
+
+
+def _collect_ernie2(acc: dict[str, list], collate: Any, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+    acc["forms"].extend(batch["task_type_ids"].tolist())
+    acc["active"].extend(collate.active_tasks(s.get("progress", 0.0)) for s in samples)
+    for key, name in (("reorder_label", "reorder"), ("distance_label", "distance")):
+        acc[name].extend(v for v in batch[key].tolist() if v != IGNORE_INDEX)
+    for key, name in (("capitalization_labels", "capitalization"), ("relation_labels", "relation")):
+        if key in batch:
+            labels = batch[key].numpy()
+            acc[name].extend(labels[labels != IGNORE_INDEX].tolist())
+
+
+def _ernie2_summary(acc: dict[str, list], collate: Any) -> dict[str, Any]:
+    """ERNIE 2.0: how often each task is trained, the input forms, and the label balance of each task."""
+    from plm_lightning.data.corruption.sentence_reorder import class_permutation
+
+    if not acc["forms"]:
+        return {}
+    n = len(acc["forms"])
+    orders = {c: class_permutation(c) for c in set(acc["reorder"])}
+
+    def share(values: list[int], classes: int) -> list[float] | None:
+        return (np.bincount(values, minlength=classes) / len(values)).round(4).tolist() if values else None
+
+    return {
+        "task_fraction": {t: sum(t in a for a in acc["active"]) / n for t in collate.tasks},
+        "form_fraction": dict(zip(("word", "reordering", "distance"), share(acc["forms"], 3))),
+        # m = 3: n ~ U{1, 2, 3} segments, so 2 on average and in order 1/3 (1 + 1/2 + 1/6) = 0.556 of the time
+        "reorder_mean_segments": float(np.mean([len(orders[c]) for c in acc["reorder"]])) if acc["reorder"] else None,
+        "reorder_in_order_fraction": float(np.mean([orders[c] == tuple(sorted(orders[c])) for c in acc["reorder"]]))
+        if acc["reorder"] else None,
+        "distance_label_fraction": share(acc["distance"], 3),
+        "capitalized_fraction": float(np.mean(acc["capitalization"])) if acc["capitalization"] else None,
+        "relation_positive_fraction": float(np.mean(acc["relation"])) if acc["relation"] else None,
     }
 
 
@@ -140,10 +190,36 @@ def _bracket_units(sample: dict[str, Any], kind: str, tok: Any, real: int) -> st
     return " ".join(pieces)
 
 
-def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24) -> None:
-    """One sample: original, corrupted input, targets, loss positions and a picture of the attention mask."""
+def _render_ernie2(datamodule: TextDataModule, sample: dict[str, Any], batch: dict[str, Any], tok: Any, real: int,
+                   out: TextIO) -> None:
+    """ERNIE 2.0: the sample's active tasks, input form and the labels of each task."""
+    from plm_lightning.data.corruption.sentence_reorder import class_permutation
+
+    collate = datamodule.collator()
+    form = ("word-aware block", "reordered block", "sentence pair")[int(batch["task_type_ids"][0])]
+    out.write(f"tasks: {', '.join(collate.active_tasks(sample.get('progress', 0.0)))} (task id: {form})\n\n")
+    if int(batch["reorder_label"][0]) != IGNORE_INDEX:
+        order = class_permutation(int(batch["reorder_label"][0]))
+        out.write(f"sentence reordering: class {int(batch['reorder_label'][0])} = {len(order)} segment(s) laid out "
+                  f"in order {list(order)}\n\n")
+    if int(batch["distance_label"][0]) != IGNORE_INDEX:
+        meaning = ("B follows A", "B elsewhere in A's document", "B from another document")
+        out.write(f"sentence distance: {int(batch['distance_label'][0])} ({meaning[int(batch['distance_label'][0])]})\n\n")
+    ids = batch["input_ids"][0].tolist()
+    for key, name, positive in (("capitalization_labels", "capitalization", "capitalised"),
+                                ("relation_labels", "token-document relation", "in another sentence")):
+        if key in batch and (batch[key][0] != IGNORE_INDEX).any():
+            labels = batch[key][0].tolist()[:real]
+            words = " ".join(tok.id_to_token(ids[i]) + ("*" if v == 1 else "") for i, v in enumerate(labels)
+                             if v != IGNORE_INDEX)
+            out.write(f"{name} (words asked; * = {positive}):\n  {words}\n\n")
+
+
+def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24, progress: float = 0.0) -> None:
+    """One sample (the first of the batch at training ``progress``, in epochs): original, corrupted input, targets,
+    loss positions and a picture of the attention mask."""
     tok = datamodule.tokenizer
-    samples, batch = next(_batches(datamodule, 1))
+    samples, batch = next(_batches(datamodule, 1, progress))
     original = np.stack([s["input_ids"] for s in samples])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
     real = int(batch["attention_mask"][0].sum())
@@ -163,6 +239,8 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24)
         out.write(f"token types (language ids):\n  {batch['token_type_ids'][0, :real].tolist()}\n\n")
     if "knowledge_stage" in batch:
         out.write(f"stage: {datamodule.collator().stages[int(batch['knowledge_stage'][0])]}\n\n")
+    if "task_type_ids" in batch:
+        _render_ernie2(datamodule, samples[0], batch, tok, real, out)
     out.write(f"corrupted input:\n  {show(ids)}\n\n")
     targets = " ".join(f"{i}:{tok.id_to_token(t)}" for i, t in enumerate(labels) if t != IGNORE_INDEX)
     out.write(f"targets (position:token):\n  {targets}\n\n")

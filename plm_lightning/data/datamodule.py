@@ -308,8 +308,9 @@ class MaskedLMDataModule(TextDataModule):
         if not -1.0 <= phrase_threshold <= 1.0 or phrase_min_count < 1:
             raise ConfigError(f"data.phrase_threshold={phrase_threshold} must lie in [-1, 1] and "
                               f"data.phrase_min_count={phrase_min_count} must be >= 1")
-        self.knowledge = (KnowledgeSpec(phrase_lexicon, entity_lexicon, PhraseConfig(phrase_min_count, phrase_threshold))
-                          if masking_scheme == "ernie" else None)
+        self.knowledge_source = KnowledgeSpec(phrase_lexicon, entity_lexicon,
+                                              PhraseConfig(phrase_min_count, phrase_threshold))
+        self.knowledge = self.knowledge_source if masking_scheme == "ernie" else None
 
     def knowledge_spec(self) -> KnowledgeSpec | None:
         return self.knowledge

@@ -28,6 +28,8 @@ class BackboneConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     """Segment (token type) embeddings; 0 disables them (GPT-2)."""
+    task_type_vocab_size: int = 0
+    """ERNIE 2.0's task embedding (Sun et al. 2020, fig. 2): rows added to every token by the sample's task id."""
     position_embedding: PositionKind = "learned"
     position_offset: int = 0
     """First position id; RoBERTa starts at padding_idx + 1 = 2."""

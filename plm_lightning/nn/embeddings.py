@@ -28,6 +28,7 @@ class Embeddings(nn.Module):
         self.max_positions = cfg.max_position_embeddings
         self.token = nn.Embedding(cfg.vocab_size, dim, padding_idx=None)
         self.segment = nn.Embedding(cfg.type_vocab_size, dim) if cfg.type_vocab_size > 0 else None
+        self.task = nn.Embedding(cfg.task_type_vocab_size, dim) if cfg.task_type_vocab_size > 0 else None
         self.position: nn.Embedding | None = None
         if cfg.position_embedding == "learned":
             self.position = nn.Embedding(cfg.max_position_embeddings, dim)
@@ -39,7 +40,8 @@ class Embeddings(nn.Module):
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None) -> Tensor:
+                position_ids: Tensor | None = None, task_type_ids: Tensor | None = None) -> Tensor:
+        """``task_type_ids``: ``[B]`` (one task per sample) or ``[B, L]``; 0 when not given."""
         length = input_ids.shape[1]
         x = self.token(input_ids)
         if self.kind in ("learned", "sinusoidal"):
@@ -54,6 +56,10 @@ class Embeddings(nn.Module):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.segment(token_type_ids)
+        if self.task is not None:
+            if task_type_ids is None:
+                task_type_ids = torch.zeros_like(input_ids[:, :1])
+            x = x + self.task(task_type_ids if task_type_ids.dim() == 2 else task_type_ids[:, None])
         if self.norm is not None:
             x = self.norm(x)
         x = self.dropout(x)

@@ -3,6 +3,7 @@
 from plm_lightning.objectives.base import PretrainingModule
 from plm_lightning.objectives.causal_lm import CausalLM
 from plm_lightning.objectives.electra import ELECTRA
+from plm_lightning.objectives.ernie2 import ERNIE2
 from plm_lightning.objectives.masked_lm import MaskedLM
 
-__all__ = ["ELECTRA", "CausalLM", "MaskedLM", "PretrainingModule"]
+__all__ = ["ELECTRA", "ERNIE2", "CausalLM", "MaskedLM", "PretrainingModule"]

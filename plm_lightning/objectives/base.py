@@ -145,7 +145,7 @@ class PretrainingModule(L.LightningModule):
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         ids = batch["input_ids"] if input_ids is None else input_ids
         out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("position_ids"),
-                    mask=extra, output_positions=output_positions)
+                    mask=extra, output_positions=output_positions, task_type_ids=batch.get("task_type_ids"))
         return out.last_hidden_state
 
     def run_stack_for_loss(self, stack: nn.Module, batch: dict[str, Tensor], labels: Tensor,

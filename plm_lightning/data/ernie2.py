@@ -1,0 +1,193 @@
+"""ERNIE 2.0 data (Sun et al. 2020): the self-supervised tasks built from raw text, introduced by continual
+multi-task learning (sec. 3.2): stage k trains tasks 1..k together, so a new task never makes the model forget the
+earlier ones.
+
+Word-aware tasks, on every sample: knowledge masking (ERNIE 1.0's phrase and entity masking), capitalisation
+prediction (was this word capitalised? the input is lower-cased) and token-document relation (does this word occur in
+another segment of its document?). Structure-aware tasks: sentence reordering (a block's segments shuffled, the order
+classified, :mod:`~plm_lightning.data.corruption.sentence_reorder`) and sentence distance (a pair's B follows A, is
+elsewhere in A's document, or from another document; packing ``sentence_distance``).
+
+corruption: knowledge masking (+ segment shuffling on reordering samples) | attention: bidirectional | loss: masked
+tokens (MLM), the words of the word-aware tasks, [CLS] for the structure-aware ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from plm_lightning.data.collators import MaskedLMCollator, sample_keys
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data.corruption.sentence_reorder import reorder_segments
+from plm_lightning.data.datamodule import MaskedLMDataModule, StreamDataset
+from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks, build_or_load
+from plm_lightning.data.sampling import InterleavedSampler, MixtureSampler, ResumableDataLoader
+from plm_lightning.errors import ConfigError
+
+Task = Literal["knowledge_masking", "capitalization", "token_document_relation", "sentence_reordering",
+               "sentence_distance"]
+TASKS = ("knowledge_masking", "capitalization", "token_document_relation", "sentence_reordering", "sentence_distance")
+FORMS = {"word": 0, "reordering": 1, "distance": 2}
+"""The task id of a sample (ERNIE 2.0's task embedding): its input form."""
+
+
+class ERNIE2Collator(MaskedLMCollator):
+    """Each sample's stage (from its training progress) decides its active tasks; the batch carries ``labels``
+    (MLM), ``capitalization_labels`` and ``relation_labels`` (``[B, L]``, on word starts that are not masked),
+    ``reorder_label`` and ``distance_label`` (``[B]``; -100 where a task does not apply) and ``task_type_ids``."""
+
+    def __init__(self, *args: Any, tasks: tuple[str, ...] = TASKS, task_epochs: tuple[float, ...] = (),
+                 max_reorder_segments: int = 3, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tasks, self.task_epochs, self.max_reorder_segments = tuple(tasks), tuple(task_epochs), max_reorder_segments
+
+    def active_tasks(self, progress: float) -> tuple[str, ...]:
+        """The tasks trained at a training progress (in epochs): the first task, plus one more per stage reached."""
+        return self.tasks[: 1 + int(np.searchsorted(np.asarray(self.task_epochs), progress, side="right"))]
+
+    def _reorder(self, sample: dict[str, Any], key: int) -> tuple[dict[str, Any], int]:
+        real = int((sample["document_ids"] >= 0).sum())
+        index, label = reorder_segments(sample["word_starts"], real, self.max_reorder_segments, key)
+        moved = dict(sample)
+        for name in ("input_ids", "document_ids", "word_starts", *KNOWLEDGE_FIELDS):
+            if sample.get(name) is not None:
+                moved[name] = np.asarray(sample[name])[index]
+        return moved, label
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        active = [self.active_tasks(s.get("progress", 0.0)) for s in samples]
+        keys = sample_keys(self.seed + 1, samples, self.dupe_factor if self.static_masking else None)
+        length = len(samples[0]["input_ids"])
+        prepared, forms, reorder, distance = [], [], [], []
+        for s, tasks, key in zip(samples, active, keys):
+            pair = s.get("sentence_label") is not None
+            if pair:
+                forms.append(FORMS["distance"])
+                distance.append(int(s["sentence_label"]) if "sentence_distance" in tasks else IGNORE_INDEX)
+                reorder.append(IGNORE_INDEX)
+            elif "sentence_reordering" in tasks:
+                s, label = self._reorder(s, int(key))
+                forms.append(FORMS["reordering"])
+                reorder.append(label)
+                distance.append(IGNORE_INDEX)
+            else:
+                forms.append(FORMS["word"])
+                reorder.append(IGNORE_INDEX)
+                distance.append(IGNORE_INDEX)
+            # one batch mixes pairs and single blocks: a single block is all segment A and has no pair label
+            prepared.append({**s, "segment_b_start": s["segment_b_start"] if pair else length,
+                             "sentence_label": s["sentence_label"] if pair else IGNORE_INDEX})
+        out = super().__call__(prepared)
+        out.pop("sentence_label")
+        chosen = out["labels"].numpy() != IGNORE_INDEX
+        for task, field, name in (("capitalization", "capitalised", "capitalization_labels"),
+                                  ("token_document_relation", "elsewhere", "relation_labels")):
+            if not any(task in tasks for tasks in active):
+                continue
+            asked = np.stack([p["word_starts"] & p["lexical"] for p in prepared]) & ~chosen
+            asked &= np.array([task in tasks for tasks in active])[:, None]
+            values = np.stack([p[field] for p in prepared]).astype(np.int64)
+            out[name] = torch.from_numpy(np.where(asked, values, IGNORE_INDEX))
+        out["reorder_label"] = torch.tensor(reorder)
+        out["distance_label"] = torch.tensor(distance)
+        out["task_type_ids"] = torch.tensor(forms)
+        return out
+
+
+class ERNIE2DataModule(MaskedLMDataModule):
+    """Blocks for the word-aware tasks and sentence reordering, plus ``sentence_distance`` pairs (a second stream,
+    drawn half the time once sentence distance is active); every block carries ERNIE's knowledge units and the
+    word signals (capitalised, occurs elsewhere in its document)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        tasks: list[Task] | None = None,
+        task_epochs: list[float] | None = None,
+        max_reorder_segments: int = 3,
+        masking_scheme: Literal["token", "whole_word", "ngram", "span", "ernie"] = "ernie",
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            tasks: The tasks in the order they are introduced (the first must be knowledge_masking); default all
+                five: knowledge_masking, capitalization, token_document_relation, sentence_reordering,
+                sentence_distance.
+            task_epochs: The training progress, in epochs, at which each task after the first joins (one increasing
+                value per later task). Default: the tasks join at equal steps over the first epoch.
+            max_reorder_segments: Sentence reordering's m: 1..m segments, k = sum_{n<=m} n! classes.
+        """
+        super().__init__(*args, masking_scheme=masking_scheme, **kwargs)
+        self.tasks = tuple(tasks or TASKS)
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown or len(set(self.tasks)) != len(self.tasks) or self.tasks[0] != "knowledge_masking":
+            raise ConfigError(f"data.tasks={list(self.tasks)}: give distinct tasks of {', '.join(TASKS)}, "
+                              "knowledge_masking first (the MLM every stage keeps training)")
+        n = len(self.tasks)
+        self.task_epochs = tuple(task_epochs if task_epochs is not None else [i / n for i in range(1, n)])
+        if len(self.task_epochs) != n - 1 or any(b <= a for a, b in zip(self.task_epochs, self.task_epochs[1:])) \
+                or any(e < 0 for e in self.task_epochs):
+            raise ConfigError(f"data.task_epochs={list(self.task_epochs)} needs {n - 1} increasing non-negative "
+                              f"values, one per task after the first of {list(self.tasks)}")
+        if max_reorder_segments < 1:
+            raise ConfigError(f"data.max_reorder_segments={max_reorder_segments} must be >= 1")
+        if self.packing in ("sentence_pairs", "sentence_order", "sentence_distance", "contiguous"):
+            raise ConfigError(f"data.packing={self.packing}: ERNIE 2.0 blocks are full_sentences or doc_sentences "
+                              "(sentence distance pairs are packed on their own)")
+        self.max_reorder_segments = max_reorder_segments
+        self.knowledge = self.knowledge_source  # the word signals are marked with the knowledge units
+        self.stream_blocks: dict[str, list[PackedBlocks]] = {}
+
+    def _load_blocks(self) -> None:
+        if "capitalization" in self.tasks:
+            normalizer = self.tokenizer.tokenizer.normalizer
+            if normalizer is None or normalizer.normalize_str("Ab") != "ab":
+                raise ConfigError(f"data.tasks: capitalization prediction needs a lower-casing tokenizer (the input "
+                                  f"would show the answer); '{self.tokenizer.name}' keeps case: use "
+                                  "data.tokenizer=wordpiece or drop the task")
+        super()._load_blocks()
+        streams = {split: [self.blocks[split]] for split in ("train", "val")}
+        if "sentence_distance" in self.tasks:
+            pairs = build_or_load(lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file,
+                                  "sentence_distance", self.seq_len, self.val_fraction, self.seed, self.cache_dir,
+                                  self.knowledge, self.word_segmenter)
+            if len(pairs["train"]) == 0:
+                raise ConfigError("data.tasks: sentence_distance found no sentence pair in the training documents")
+            for split in streams:
+                streams[split].append(pairs[split])
+        self.stream_blocks = streams
+
+    def stage_weights(self) -> np.ndarray:
+        """``[stages, streams]``: the pair stream is drawn half the time once sentence distance has joined."""
+        rows = []
+        for k in range(len(self.tasks)):
+            if len(self.stream_blocks["train"]) == 1:
+                rows.append([1.0])
+            else:
+                rows.append([0.5, 0.5] if "sentence_distance" in self.tasks[: k + 1] else [1.0, 0.0])
+        return np.asarray(rows)
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        dataset = StreamDataset(self.stream_blocks[split])
+        if len(dataset) == 0:
+            return []
+        trainer = self.trainer
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        if shuffle:
+            sampler = MixtureSampler(dataset.sizes.tolist(), self.stage_weights(), self.seed, replicas, rank,
+                                     stage_epochs=self.task_epochs)
+        else:
+            sampler = InterleavedSampler(dataset.sizes.tolist(), self.seed, replicas, rank)
+        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
+                                   num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
+                                   generator=torch.Generator().manual_seed(self.seed))
+
+    def collator(self) -> ERNIE2Collator:
+        tok = self.tokenizer
+        return ERNIE2Collator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
+                              self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
+                              self.spans, self.max_ngram, self.knowledge_stages, self.stage_epochs, tasks=self.tasks,
+                              task_epochs=self.task_epochs, max_reorder_segments=self.max_reorder_segments)
