@@ -14,6 +14,8 @@ the same run; ``speedup_ours_over_hf`` is the median over rounds of (their time 
 - DeBERTa-v3-base MLM (32k vocabulary) vs ``DebertaV2ForMaskedLM`` (ours with and without the Enhanced Mask Decoder, which
   transformers does not implement: with it ours runs the last layer twice more).
 - ModernBERT-base MLM (30% masking) vs ``ModernBertForMaskedLM``, on batches with 10% padding (ours unpads).
+- XLM at base shapes on a TLM batch vs ``XLMWithLMHeadModel``; multilingual BERT-base (119,547 vocabulary) vs
+  ``BertForPreTraining``; ERNIE 2.0-base with its five tasks vs ``ErnieForPreTraining`` (MLM + NSP).
 
     python -m benchmarks.encoder_recipes --only deberta modernbert
 """
@@ -28,7 +30,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import interleaved_timing
 from benchmarks.train_throughput import _step_fn
-from plm_lightning.objectives import ELECTRA, MaskedLM
+from plm_lightning.objectives import ELECTRA, ERNIE2, MaskedLM
 
 
 def _mlm_batch(batch: int, seq: int, vocab: int) -> dict[str, torch.Tensor]:
@@ -183,8 +185,81 @@ def modernbert(batch: int, seq: int, repeats: int) -> dict:
     return _row("ModernBERT-base MLM (30%, 10% padding)", t, batch * seq, "ModernBertForMaskedLM")
 
 
+def xlm(batch: int, seq: int, repeats: int) -> dict:
+    """XLM at BERT-base shapes (12 x 768, 12 heads, GELU, post-norm, learned positions, 2 language embeddings) on a
+    TLM batch: two sentences, positions restarting at the second, a language id per token."""
+    from transformers import XLMConfig, XLMWithLMHeadModel
+
+    vocab = 30000
+    d = _mlm_batch(batch, seq, vocab)
+    half = seq // 2
+    d["position_ids"] = torch.cat([torch.arange(half), torch.arange(seq - half)]).expand(batch, seq).contiguous()
+    d["token_type_ids"] = (torch.arange(seq) >= half).long().expand(batch, seq).contiguous()
+    ours = MaskedLM(backbone="bert-base", vocab_size=vocab, backbone_overrides={"dropout": 0.1}).train()
+    cfg = XLMConfig(vocab_size=vocab, emb_dim=768, n_layers=12, n_heads=12, n_langs=2, use_lang_emb=True,
+                    max_position_embeddings=512, dropout=0.1, attention_dropout=0.1, causal=False, asm=False,
+                    layer_norm_eps=1e-12)
+    hf = XLMWithLMHeadModel(cfg).train()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      langs=d["token_type_ids"], position_ids=d["position_ids"],
+                                      labels=d["labels"]).loss),
+    }, repeats=repeats)
+    return _row("XLM-base TLM (language embeddings, restarted positions)", t, batch * seq, "XLMWithLMHeadModel")
+
+
+def mbert(batch: int, seq: int, repeats: int) -> dict:
+    """Multilingual BERT-base: BERT's MLM + NSP over mBERT's 119,547-token shared vocabulary."""
+    from transformers import BertConfig, BertForPreTraining
+
+    vocab = 119547
+    d = _mlm_batch(batch, seq, vocab)
+    ours = MaskedLM(backbone="bert-base", vocab_size=vocab, sentence_prediction="nsp").train()
+    hf = BertForPreTraining(BertConfig(vocab_size=vocab)).train()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      token_type_ids=d["token_type_ids"], labels=d["labels"],
+                                      next_sentence_label=d["sentence_label"]).loss),
+    }, repeats=repeats)
+    return _row("mBERT-base MLM+NSP (119,547 vocabulary)", t, batch * seq, "BertForPreTraining")
+
+
+def ernie2(batch: int, seq: int, repeats: int) -> dict:
+    """ERNIE 2.0-base with all five tasks active (MLM, capitalisation and token-document relation on half of the
+    unmasked tokens, reordering and distance on [CLS]) vs ``ErnieForPreTraining`` with task ids (MLM + NSP, the
+    two heads transformers has)."""
+    from transformers import ErnieConfig, ErnieForPreTraining
+
+    vocab = 30522
+    d = _mlm_batch(batch, seq, vocab)
+    g = torch.Generator().manual_seed(1)
+    unmasked = d["labels"] == -100
+    asked = unmasked & (torch.rand(batch, seq, generator=g) < 0.5)
+    for key in ("capitalization_labels", "relation_labels"):
+        d[key] = torch.where(asked, torch.randint(0, 2, (batch, seq), generator=g), torch.full_like(asked, -100,
+                                                                                                    dtype=torch.long))
+    pair = torch.arange(batch) % 2 == 0
+    d["reorder_label"] = torch.where(pair, -100, torch.randint(0, 9, (batch,), generator=g))
+    d["distance_label"] = torch.where(pair, torch.randint(0, 3, (batch,), generator=g), -100)
+    d["task_type_ids"] = torch.where(pair, 2, 1)
+    ours = ERNIE2(backbone="bert-base", vocab_size=vocab).train()
+    hf = ErnieForPreTraining(ErnieConfig(vocab_size=vocab, use_task_id=True, task_type_vocab_size=3)).train()
+    task_ids = d["task_type_ids"][:, None].expand(batch, seq).contiguous()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      token_type_ids=d["token_type_ids"], task_type_ids=task_ids, labels=d["labels"],
+                                      next_sentence_label=d["sentence_label"]).loss),
+    }, repeats=repeats)
+    return _row("ERNIE 2.0-base, five tasks", t, batch * seq, "ErnieForPreTraining (MLM + NSP only)")
+
+
 RECIPES = {"albert": lambda b, s, r: [albert(b, s, r)], "spanbert": lambda b, s, r: [spanbert(b, s, r)],
-           "electra": electra, "deberta": deberta, "modernbert": lambda b, s, r: [modernbert(b, s, r)]}
+           "electra": electra, "deberta": deberta, "modernbert": lambda b, s, r: [modernbert(b, s, r)],
+           "xlm": lambda b, s, r: [xlm(b, s, r)], "mbert": lambda b, s, r: [mbert(b, s, r)],
+           "ernie2": lambda b, s, r: [ernie2(b, s, r)]}
 
 
 def main() -> None:
