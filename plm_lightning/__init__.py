@@ -12,6 +12,7 @@ from plm_lightning.data import (
     MaskedLMCollator,
     MaskedLMDataModule,
     MultilingualDataModule,
+    SpanCorruptionDataModule,
     TextDataModule,
     TextTokenizer,
     embedded_corpus,
@@ -19,13 +20,14 @@ from plm_lightning.data import (
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
-from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PretrainingModule
+from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PretrainingModule, Seq2SeqLM
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ELECTRA", "ERNIE2", "PRESETS", "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator",
-    "CausalLMDataModule", "ConfigError", "Decoder", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM",
-    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "PretrainingModule",
-    "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus", "get_preset", "mask_tokens",
+    "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule", "ConfigError",
+    "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator",
+    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus", "get_preset",
+    "mask_tokens",
 ]

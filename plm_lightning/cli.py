@@ -127,12 +127,18 @@ def _explain_parse_error(err: Exception) -> str:
 def _valid_keys(section: str) -> list[str]:
     import inspect as pyinspect
 
-    from plm_lightning.data import CausalLMDataModule, ERNIE2DataModule, MaskedLMDataModule, MultilingualDataModule
-    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM
+    from plm_lightning.data import (
+        CausalLMDataModule,
+        ERNIE2DataModule,
+        MaskedLMDataModule,
+        MultilingualDataModule,
+        SpanCorruptionDataModule,
+    )
+    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Seq2SeqLM
 
-    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, CausalLM, PretrainingModule],
-               "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, CausalLMDataModule,
-                        TextDataModule]}
+    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
+               "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
+                        CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

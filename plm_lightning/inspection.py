@@ -67,9 +67,41 @@ def _runs(mask: np.ndarray) -> list[int]:
     return lengths
 
 
+_NULL_MASKING = {"mask_token_fraction": None, "random_token_fraction": None, "unchanged_fraction": None,
+                 "phrase_token_fraction": None, "entity_token_fraction": None, "stages": None}
+
+
+def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
+    """Encoder-decoder denoising (T5): ``loss_fraction`` is the noise tokens' share of the original tokens (the
+    papers' corruption rate), ``loss_tokens`` every target position (sentinels and EOS too)."""
+    collate = datamodule.collator()
+    markers = set(collate.sentinels.tolist()) | {collate.eos_id}
+    original = noise = spans = loss_tokens = 0
+    inputs: list[int] = []
+    targets: list[int] = []
+    for samples, batch in _batches(datamodule, batches):
+        original += int(sum((np.asarray(s["document_ids"]) >= 0).sum() for s in samples))
+        labels = batch["labels"].numpy()
+        carried = labels != IGNORE_INDEX
+        loss_tokens += int(carried.sum())
+        noise += int((carried & ~np.isin(labels, list(markers))).sum())
+        spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum())
+        inputs.extend(batch["attention_mask"].numpy().sum(1).tolist())
+        targets.extend(carried.sum(1).tolist())
+    return {
+        "objective": type(model).__name__, "corruption": collate.objective, "batches": batches,
+        "tokens": original, "loss_tokens": loss_tokens, "loss_fraction": noise / original if original else None,
+        "noise_tokens": noise, "spans": spans, "mean_span_length": noise / spans if spans else None,
+        "input_length_mean": float(np.mean(inputs)) if inputs else None,
+        "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
+    }
+
+
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
     """The statistics the design fixes for every objective (null where a field does not apply)."""
     collate = datamodule.collator()
+    if getattr(collate, "objective", "") == "span_corruption":
+        return seq2seq_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") != "causal_lm"
     mask_id = datamodule.tokenizer.ids.get("mask")
     tokens = loss_tokens = n_mask = n_random = n_same = 0
@@ -215,11 +247,34 @@ def _render_ernie2(datamodule: TextDataModule, sample: dict[str, Any], batch: di
             out.write(f"{name} (words asked; * = {positive}):\n  {words}\n\n")
 
 
+def _render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, Any], batch: dict[str, Any],
+                    out: TextIO) -> None:
+    """Encoder-decoder: the raw row, the encoder input with its sentinels, the decoder's target, and the masks."""
+    tok = datamodule.tokenizer
+    show = lambda seq: " ".join(tok.id_to_token(t) for t in seq)  # noqa: E731
+    raw = np.asarray(sample["input_ids"])[np.asarray(sample["document_ids"]) >= 0].tolist()
+    real = int(batch["attention_mask"][0].sum())
+    labels = [t for t in batch["labels"][0].tolist() if t != IGNORE_INDEX]
+    collate = datamodule.collator()
+    out.write(f"objective: {type(model).__name__} ({collate.objective}), encoder seq_len={datamodule.seq_len} "
+              f"(raw rows of {len(raw)} tokens), noise_density={collate.noise_density}, "
+              f"mean_noise_span_length={collate.mean_noise_span_length}\n\n")
+    out.write(f"original ({len(raw)} tokens):\n  {show(raw)}\n\n")
+    out.write(f"encoder input ({real} tokens):\n  {show(batch['input_ids'][0, :real].tolist())}\n\n")
+    out.write(f"decoder target = loss positions ({len(labels)} tokens):\n  {show(labels)}\n\n")
+    out.write(f"decoder input (target shifted right):\n  {show(batch['decoder_input_ids'][0, :len(labels)].tolist())}"
+              "\n\nattention: encoder bidirectional over its input; decoder causal over the target, cross-attending "
+              "to every encoder token\n")
+
+
 def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24, progress: float = 0.0) -> None:
     """One sample (the first of the batch at training ``progress``, in epochs): original, corrupted input, targets,
     loss positions and a picture of the attention mask."""
     tok = datamodule.tokenizer
     samples, batch = next(_batches(datamodule, 1, progress))
+    if "decoder_input_ids" in batch:
+        _render_seq2seq(datamodule, model, samples[0], batch, out)
+        return
     original = np.stack([s["input_ids"] for s in samples])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
     real = int(batch["attention_mask"][0].sum())

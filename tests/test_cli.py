@@ -22,14 +22,16 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
-                                    "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "gpt2"])
+                                    "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
+                                    "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     # ERNIE 2.0's total grows as its tasks join stage by stage; its MLM must still improve
     losses = _train_losses(tmp_path / "runs", "train/mlm_loss" if recipe == "ernie2" else "train/loss")
     assert len(losses) >= 6
-    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
+    drop = 0.3 if recipe.startswith("t5") else 0.5  # T5's fan-in init starts slower over these 40 tiny steps
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - drop, losses
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
     with open(next((tmp_path / "runs").rglob("metrics.csv"))) as f:
         val = [r for r in csv.DictReader(f) if r.get("val/perplexity")]
@@ -37,7 +39,7 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     for r in val:  # perplexity is exp of the LM cross-entropy alone, never of NSP or SBO added to it
         assert abs(float(r["val/perplexity"]) - math.exp(float(r["val/lm_loss"]))) < 1e-3 * float(r["val/perplexity"])
     checkpoint = torch.load(ckpt, weights_only=True)
-    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA", "ERNIE2")
+    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA", "ERNIE2", "Seq2SeqLM")
     assert checkpoint["global_step"] == 40
 
 
@@ -151,7 +153,8 @@ def test_json_config_roundtrip_of_cli_defaults():
 @pytest.mark.parametrize("recipe,objective", [("bert", "MaskedLM"), ("bert-wwm", "MaskedLM"), ("albert", "MaskedLM"),
                                               ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
                                               ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"),
-                                              ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("gpt2", "CausalLM")])
+                                              ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("t5", "Seq2SeqLM"),
+                                              ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -171,6 +174,10 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert max(abs(p - 1 / 3) for p in stats["distance_label_fraction"]) < 0.15
         assert 1.5 < stats["reorder_mean_segments"] < 2.5 and stats["form_fraction"]["distance"] > 0
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05
+    elif recipe == "t5":  # Raffel et al. 2020: 15% noise in spans of mean length 3; 29 targets per 128 inputs
+        assert abs(stats["loss_fraction"] - 0.15) < 0.01 and abs(stats["mean_span_length"] - 3.0) < 0.2
+        assert stats["input_length_mean"] == 128 and abs(stats["target_length_mean"] / 128 - 0.22) < 0.02
+        assert stats["mask_token_fraction"] is None
     elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
         assert abs(stats["loss_fraction"] - 0.30) < 0.01
     elif recipe != "gpt2":

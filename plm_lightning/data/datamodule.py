@@ -192,11 +192,16 @@ class TextDataModule(L.LightningDataModule):
     def _load_blocks(self) -> None:
         self.blocks = build_or_load(
             lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
-            self.seq_len, self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(), self.word_segmenter,
+            self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
+            self.word_segmenter,
         )
         if len(self.blocks["train"]) == 0:
-            raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.seq_len}-token training "
-                              f"block with packing={self.packing}; add text or lower data.seq_len")
+            raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.packed_length()}-token "
+                              f"training block with packing={self.packing}; add text or lower data.seq_len")
+
+    def packed_length(self) -> int:
+        """Tokens per packed block: ``seq_len``, or the raw length a corruption shortens to ``seq_len`` (T5)."""
+        return self.seq_len
 
     def knowledge_spec(self) -> KnowledgeSpec | None:
         """Phrase/entity units to mark at packing (ERNIE); None for every other recipe."""

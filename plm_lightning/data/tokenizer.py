@@ -1,8 +1,10 @@
 """Tokenizers: train one with Hugging Face `tokenizers` on the corpus (cached), or load a local one.
 
 Kinds: ``wordpiece`` (BERT: lower-cased WordPiece, [PAD] [UNK] [CLS] [SEP] [MASK]), ``bpe`` (RoBERTa: byte-level BPE
-with <s> <pad> </s> <unk> <mask>), ``gpt2`` (byte-level BPE with <|endoftext|> only). Special tokens are addressed by
-role (pad, unk, cls, sep, mask, bos, eos) so objectives never hard-code strings.
+with <s> <pad> </s> <unk> <mask>), ``gpt2`` (byte-level BPE with <|endoftext|> only), ``unigram`` (T5: a
+SentencePiece-style Unigram LM (Kudo 2018) over NFKC text, whitespace runs collapsed, with the metaspace; <pad> </s>
+<unk> first and 100 sentinels <extra_id_99> .. <extra_id_0> last, so <extra_id_0> is the highest id). Special
+tokens are addressed by role (pad, unk, cls, sep, mask, bos, eos) so objectives never hard-code strings.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from plm_lightning.errors import ConfigError
 
@@ -22,9 +24,14 @@ KINDS: dict[str, dict[str, str]] = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>", "bos": "<s>", "eos": "</s>"},
     "gpt2": {"eos": "<|endoftext|>", "bos": "<|endoftext|>", "unk": "<|endoftext|>", "pad": "<|endoftext|>"},
+    "unigram": {"pad": "<pad>", "eos": "</s>", "unk": "<unk>"},
 }
+TRAINING_VERSION = {"wordpiece": 1, "bpe": 1, "gpt2": 1, "unigram": 2}
+"""Bumped when a kind's training changes, so cached tokenizers of the old recipe are not reused."""
+SENTINELS = 100
+"""Sentinel tokens ``<extra_id_0>`` .. ``<extra_id_99>`` appended to a trained unigram vocabulary (T5)."""
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
-_HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer"}
+_HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "unigram": "T5Tokenizer"}
 
 
 class TextTokenizer:
@@ -53,6 +60,13 @@ class TextTokenizer:
             raise ConfigError(
                 f"data.tokenizer '{self.name}' has no {'/'.join(missing)} token, which {recipe} needs; it has {have}"
             )
+
+    def sentinel_ids(self) -> np.ndarray:
+        """Ids of ``<extra_id_0>``, ``<extra_id_1>``, ... while they exist (T5 span corruption's sentinels)."""
+        ids = []
+        while (token_id := self.tokenizer.token_to_id(f"<extra_id_{len(ids)}>")) is not None:
+            ids.append(token_id)
+        return np.asarray(ids, dtype=np.int64)
 
     def special_ids(self) -> np.ndarray:
         return np.array(sorted(set(self.ids.values())), dtype=np.int64)
@@ -145,6 +159,18 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int) -> TextTok
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False)
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        # SentencePiece's nmt_nfkc with remove_extra_whitespaces: NFKC, whitespace runs to one space, trimmed
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                               normalizers.Strip()])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=max(len(special_tokens) + 1, vocab_size - SENTINELS),
+                                          special_tokens=special_tokens, unk_token=special["unk"], show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        tok.add_special_tokens([f"<extra_id_{i}>" for i in range(SENTINELS - 1, -1, -1)])
+        return TextTokenizer(tok, special, kind, name=kind)
     else:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -163,7 +189,7 @@ def get_tokenizer(spec: str, texts: Callable[[], Iterable[str]], vocab_size: int
         return TextTokenizer.load(spec)
     import hashlib
 
-    key = hashlib.sha256(f"{spec}|{vocab_size}|{fingerprint}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{spec}|{vocab_size}|{fingerprint}|{TRAINING_VERSION[spec]}".encode()).hexdigest()[:16]
     target = cache_dir / "tokenizers" / f"{spec}-{vocab_size}-{key}"
     if not (target / "tokenizer.json").is_file():
         tok = train_tokenizer(spec, texts(), vocab_size)

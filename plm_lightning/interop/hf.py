@@ -2,7 +2,7 @@
 state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
 ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
 `ElectraForMaskedLM` generator), DeBERTa-v2/v3 (`DebertaV2ForMaskedLM`), ModernBERT
-(`ModernBertForMaskedLM`) and GPT-2 (`GPT2LMHeadModel`).
+(`ModernBertForMaskedLM`), GPT-2 (`GPT2LMHeadModel`) and T5 / mT5 (`T5ForConditionalGeneration`, ``interop.t5``).
 Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
@@ -24,6 +24,8 @@ from plm_lightning.interop.layouts import (
     layer_prefixes,
     modernbert_pairs,
 )
+from plm_lightning.interop.t5 import ARCHITECTURES as T5_ARCHITECTURES
+from plm_lightning.interop.t5 import t5_config, t5_from_config, t5_from_hf, t5_to_hf
 from plm_lightning.nn.config import BackboneConfig
 
 
@@ -37,6 +39,16 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
         return "gpt2"
+    if objective == "Seq2SeqLM":
+        wanted = dict(position_embedding="t5_relative", norm="rmsnorm", norm_position="pre", bias=False,
+                      embedding_norm=False, type_vocab_size=0, embedding_size=None, layer_sharing="none")
+        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+        if cfg.activation not in ("relu", "geglu_tanh"):
+            bad.append("activation")
+        if bad:
+            raise ConfigError(f"export: this Seq2SeqLM differs from T5 in {bad}; T5ForConditionalGeneration cannot "
+                              "hold it")
+        return "t5"
     if objective not in ("MaskedLM", "ELECTRA"):
         raise ConfigError(f"export: no transformers counterpart is wired for objective {objective!r}")
     if objective == "MaskedLM" and cfg.position_embedding == "rope":
@@ -89,6 +101,8 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
 def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
     """Our state dict (a LightningModule's, with the exported stack under ``backbone.``) to ``family``'s layout."""
     out: dict[str, Tensor] = {}
+    if family in T5_ARCHITECTURES:
+        return t5_to_hf(state, cfg)
     if family == "gpt2":
         for ours, hf in gpt2_pairs(cfg):
             t = state[ours]
@@ -128,6 +142,8 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
 def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
     """A transformers state dict of ``family`` to our layout (``cfg`` from :func:`config_from_hf`)."""
     out: dict[str, Tensor] = {}
+    if family in T5_ARCHITECTURES:
+        return t5_from_hf(hf, cfg)
     if family == "gpt2":
         for ours, key in gpt2_pairs(cfg):
             if key == "lm_head.weight" and key not in hf:
@@ -162,6 +178,8 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
 
 def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
     """The ``config.json`` of the exported model."""
+    if family in T5_ARCHITECTURES:
+        return t5_config(cfg, special_ids, family)
     arch = ARCHITECTURES[family]
     if family == "gpt2":
         eos = special_ids.get("eos", cfg.vocab_size - 1)
@@ -284,12 +302,14 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         return "gpt2", cfg, "CausalLM"
     if model_type == "modernbert":
         return "modernbert", _modernbert_from_config(config), "MaskedLM"
+    if model_type in T5_ARCHITECTURES:
+        return model_type, t5_from_config(config), "Seq2SeqLM"
     if model_type == "deberta-v2":
         family = "deberta-v2" if config.get("legacy", True) else "deberta-v2-lm"
         return family, _deberta_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
-                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2'])}")
+                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2', 't5', 'mt5'])}")
     archs = config.get("architectures") or []
     family = next((BY_ARCHITECTURE[a] for a in archs if a in BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
     pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0

@@ -152,12 +152,12 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     import lightning as L
 
     from plm_lightning.data.tokenizer import TextTokenizer
-    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM
+    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, Seq2SeqLM
 
     directory, config = _read_hf_dir(hf_dir)
     family, cfg, objective = config_from_hf(config)
     ours = from_hf(_read_hf_weights(directory), cfg, family)
-    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA}[objective]
+    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM}[objective]
     hparams: dict[str, Any] = {"backbone": "bert-base", "backbone_overrides": cfg.to_dict()}
     if objective == "MaskedLM":
         hparams["sentence_prediction"] = {"bert-nsp": "nsp", "albert-sop": "sop"}.get(family, "none")

@@ -220,7 +220,11 @@ class EncoderDecoder(nn.Module):
 
 def init_weights(module: nn.Module, cfg: BackboneConfig) -> None:
     """Normal(0, initializer_range) weights, zero biases, unit norms (BERT, GPT-2); GPT-2 additionally scales the
-    residual output projections by 1/sqrt(2 * num_layers) (Radford et al. 2019, sec. 2.3)."""
+    residual output projections by 1/sqrt(2 * num_layers) (Radford et al. 2019, sec. 2.3). ``initialization: t5``
+    uses T5's scheme instead (:func:`init_t5_weights`)."""
+    if cfg.initialization == "t5":
+        init_t5_weights(module, cfg)
+        return
     std = cfg.initializer_range
     for name, m in module.named_modules():
         if isinstance(m, nn.Linear):
@@ -234,3 +238,39 @@ def init_weights(module: nn.Module, cfg: BackboneConfig) -> None:
             nn.init.ones_(m.weight)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+
+
+def init_t5_weights(module: nn.Module, cfg: BackboneConfig) -> None:
+    """Mesh TensorFlow's initialisation as in T5 (and transformers' ``T5PreTrainedModel._init_weights``, factor =
+    ``initializer_range``): embeddings N(0, 1), an untied LM head N(0, d_model^-1/2) (mesh_tensorflow
+    transformer.py; transformers draws it N(0, 1), which starts T5.1.1 at a loss of ~19 instead of ~ln V: see
+    huggingface/transformers#26441); queries N(0, (d_model d_head)^-1/2), keys and
+    values N(0, d_model^-1/2), attention outputs N(0, (heads d_head)^-1/2); FFN inputs N(0, d_model^-1/2), outputs
+    N(0, d_ff^-1/2); relative position buckets N(0, d_model^-1/2); norms one."""
+    factor, d, f = cfg.initializer_range, cfg.hidden_size, cfg.intermediate_size
+    query = factor * (d * cfg.head_dim) ** -0.5
+    for name, m in module.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, factor * (d ** -0.5 if "relative" in name else 1.0))
+        elif isinstance(m, nn.Linear):
+            if leaf == "qkv_proj":
+                with torch.no_grad():
+                    q, kv = m.weight[:d], m.weight[d:]
+                    q.normal_(0.0, query)
+                    kv.normal_(0.0, factor * d ** -0.5)
+            elif leaf == "q_proj":
+                nn.init.normal_(m.weight, 0.0, query)
+            elif leaf == "o_proj":
+                nn.init.normal_(m.weight, 0.0, factor * d ** -0.5)
+            elif leaf == "fc_out":
+                nn.init.normal_(m.weight, 0.0, factor * f ** -0.5)
+            else:  # kv_proj, fc_in, fc_gate and anything else reading the residual stream
+                nn.init.normal_(m.weight, 0.0, factor * d ** -0.5)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif hasattr(m, "weight") and isinstance(getattr(m, "weight", None), nn.Parameter) and "norm" in leaf:
+            nn.init.ones_(m.weight)
+    head = getattr(module, "lm_head", None)
+    if head is not None and not cfg.tie_word_embeddings:  # Mesh TensorFlow's untied output layer: d_model^-1/2
+        nn.init.normal_(head.weight, 0.0, factor * d ** -0.5)

@@ -37,7 +37,7 @@ class TransformerBlock(nn.Module):
                                else nn.Identity())
         self.cross_attn = attention(cross=True) if cross_attention else None
         self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias)
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.ffn_dropout)
         self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "none"]
-Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu"]
+Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu", "geglu_tanh"]
 AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
 
 
@@ -49,7 +49,14 @@ class BackboneConfig:
     """ALBERT cross-layer parameter sharing (Lan et al. 2020, sec. 3.1 and Table 4): ``all`` applies one block
     num_layers times; ``attention`` / ``ffn`` share only that sub-layer across blocks."""
     tie_word_embeddings: bool = True
+    tied_output_scaling: bool = False
+    """T5: the decoder output is scaled by hidden_size^-0.5 before the tied LM head (Mesh TensorFlow's convention)."""
+    ffn_dropout: float = 0.0
+    """Dropout on the feed-forward inner activation (T5: the model dropout rate)."""
     initializer_range: float = 0.02
+    initialization: Literal["normal", "t5"] = "normal"
+    """normal: N(0, initializer_range) everywhere (BERT, GPT-2); t5: Mesh TensorFlow's fan-in scaled normals
+    (embeddings N(0, 1), queries (d_model d_head)^-1/2, keys/values/FFN-in d_model^-1/2, FFN-out d_ff^-1/2)."""
     scale_residual_init: bool = False
     """GPT-2: residual output projections initialised with std / sqrt(2 * num_layers)."""
     relative_attention_num_buckets: int = 32
@@ -136,6 +143,25 @@ def _gpt2(**kw: Any) -> BackboneConfig:
     return BackboneConfig(**base)
 
 
+def _t5(**kw: Any) -> BackboneConfig:
+    """T5 (Raffel et al. 2020, sec. 3.1.1 / the released configs): pre-norm RMSNorm without biases, ReLU FFN,
+    relative position buckets (32, max distance 128), no absolute or segment embeddings, tied embeddings with the
+    decoder output scaled by d_model^-1/2, dropout 0.1, SentencePiece vocabulary of 32k + 100 sentinels."""
+    base = dict(vocab_size=32128, hidden_size=512, num_layers=6, num_heads=8, intermediate_size=2048,
+                type_vocab_size=0, position_embedding="t5_relative", norm="rmsnorm", norm_eps=1e-6,
+                norm_position="pre", embedding_norm=False, activation="relu", bias=False, dropout=0.1,
+                attention_dropout=0.1, ffn_dropout=0.1, tied_output_scaling=True, initialization="t5",
+                initializer_range=1.0)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
+# T5.1.1 (google-research/text-to-text-transfer-transformer, released_checkpoints.md): GeGLU, untied output
+# embeddings, no dropout in pretraining
+_T5_V1_1: dict[str, Any] = dict(activation="geglu_tanh", tie_word_embeddings=False, tied_output_scaling=False,
+                                dropout=0.0, attention_dropout=0.0, ffn_dropout=0.0)
+
+
 _DEBERTA_V3: dict[str, Any] = dict(relative_position_buckets=256, share_attention_key=True,
                                    relative_embedding_norm=True, type_vocab_size=0)
 
@@ -206,11 +232,21 @@ PRESETS: dict[str, BackboneConfig] = {
                                    max_position_embeddings=1024, vocab_size=4096),
     "modernbert-base": _modernbert(),
     "modernbert-large": _modernbert(hidden_size=1024, num_layers=28, num_heads=16, intermediate_size=2624),
+    # Raffel et al. 2020 (T5) and T5.1.1; tiny ones for CPU smoke runs
+    "tiny-t5": _t5(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, vocab_size=8192),
+    "tiny-t5-v1_1": _t5(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, vocab_size=8192,
+                        **_T5_V1_1),
+    "t5-small": _t5(),
+    "t5-base": _t5(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072),
+    "t5-large": _t5(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "t5-v1_1-base": _t5(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2048, **_T5_V1_1),
+    "t5-v1_1-large": _t5(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=2816, **_T5_V1_1),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     "gpt2-large": _gpt2(hidden_size=1280, num_layers=36, num_heads=20, intermediate_size=5120),
 }
+
 
 def get_preset(name: str) -> BackboneConfig:
     """Return a fresh copy of a named preset, or a clear error listing the valid names."""

@@ -14,7 +14,8 @@ ACTIVATIONS = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation
     "relu": F.relu,
 }
-GATES = {"glu": F.sigmoid, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+GATES = {"glu": F.sigmoid, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu,
+         "geglu_tanh": lambda x: F.gelu(x, approximate="tanh")}  # T5.1.1's gated-gelu (gelu_new)
 
 
 class FeedForward(nn.Module):

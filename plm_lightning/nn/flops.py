@@ -28,3 +28,17 @@ def training_flops(cfg: BackboneConfig, batch_size: int, seq_len: int, loss_toke
     factorized = 2 * emb * cfg.hidden_size * tokens if cfg.embedding_size else 0
     head = 2 * loss_tokens * ((cfg.hidden_size * emb if head_transform else 0) + emb * cfg.vocab_size)
     return (3 if backward else 1) * (dense + attention + factorized + head)
+
+
+def seq2seq_training_flops(cfg: BackboneConfig, batch_size: int, input_len: int, target_len: int, loss_tokens: int,
+                           backward: bool = True) -> int:
+    """FLOPs of one encoder-decoder step: the encoder over ``input_len`` tokens, the decoder over ``target_len``
+    with cross-attention (4 H^2 more weights per block, and scores against ``input_len`` keys), an untransformed
+    LM head at ``loss_tokens`` positions."""
+    h = cfg.hidden_size
+    enc_tokens, dec_tokens = batch_size * input_len, batch_size * target_len
+    encoder = 2 * cfg.num_layers * block_matmul_params(cfg) * enc_tokens + 4 * cfg.num_layers * input_len * h * enc_tokens
+    decoder = (2 * cfg.num_layers * (block_matmul_params(cfg) + 4 * h * h) * dec_tokens
+               + 4 * cfg.num_layers * (target_len + input_len) * h * dec_tokens)
+    head = 2 * loss_tokens * h * cfg.vocab_size
+    return (3 if backward else 1) * (encoder + decoder + head)

@@ -5,5 +5,6 @@ from plm_lightning.objectives.causal_lm import CausalLM
 from plm_lightning.objectives.electra import ELECTRA
 from plm_lightning.objectives.ernie2 import ERNIE2
 from plm_lightning.objectives.masked_lm import MaskedLM
+from plm_lightning.objectives.seq2seq import Seq2SeqLM
 
-__all__ = ["ELECTRA", "ERNIE2", "CausalLM", "MaskedLM", "PretrainingModule"]
+__all__ = ["ELECTRA", "ERNIE2", "CausalLM", "MaskedLM", "PretrainingModule", "Seq2SeqLM"]

@@ -1,0 +1,95 @@
+"""Encoder-decoder data: T5 span corruption (Raffel et al. 2020, sec. 3.1.4; the objective of T5, T5.1.1, mT5).
+
+Documents are joined by EOS and cut into raw rows of the length whose corruption is exactly ``seq_len`` encoder
+tokens (568 raw tokens for T5's 512; :func:`raw_length_for`), each row corrupted when it is batched (dynamic, seeded
+by (seed, epoch, row)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from plm_lightning.data.collators import sample_keys
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data.corruption.t5_span import random_spans_noise_mask, raw_length_for, span_corrupt
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.packing import PackingMode
+from plm_lightning.errors import ConfigError
+
+
+def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
+    """Teacher-forcing decoder input: ``[start, t_0, ..., t_{m-2}]``."""
+    out = np.full_like(targets, start_id)
+    out[:, 1:] = targets[:, :-1]
+    return out
+
+
+class SpanCorruptionCollator:
+    """Raw rows -> (encoder ``input_ids``, ``labels`` = targets, ``decoder_input_ids`` = targets shifted right from
+    ``decoder_start_id``), padded to the batch's longest with ``pad_id`` (labels with -100)."""
+
+    objective = "span_corruption"
+
+    def __init__(self, sentinels: np.ndarray, eos_id: int, pad_id: int, noise_density: float = 0.15,
+                 mean_noise_span_length: float = 3.0, seed: int = 0, decoder_start_id: int | None = None) -> None:
+        self.sentinels, self.eos_id, self.pad_id = sentinels, eos_id, pad_id
+        self.noise_density, self.mean_noise_span_length, self.seed = noise_density, mean_noise_span_length, seed
+        self.decoder_start_id = pad_id if decoder_start_id is None else decoder_start_id
+
+    def corrupt(self, tokens: np.ndarray, key: int) -> tuple[np.ndarray, np.ndarray]:
+        """(input, target) of one row of real tokens."""
+        rng = np.random.default_rng(int(key))
+        noise = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_noise_span_length, rng)
+        return span_corrupt(tokens, noise, self.sentinels, self.eos_id)
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        keys = sample_keys(self.seed, samples)
+        pairs = [self.corrupt(np.asarray(s["input_ids"])[np.asarray(s["document_ids"]) >= 0].astype(np.int64), k)
+                 for s, k in zip(samples, keys)]
+        n, m = max(len(i) for i, _ in pairs), max(len(t) for _, t in pairs)
+        inputs = np.full((len(pairs), n), self.pad_id, dtype=np.int64)
+        targets = np.full((len(pairs), m), IGNORE_INDEX, dtype=np.int64)
+        for row, (i, t) in enumerate(pairs):
+            inputs[row, : len(i)], targets[row, : len(t)] = i, t
+        decoder_inputs = shift_right(np.where(targets == IGNORE_INDEX, self.pad_id, targets), self.decoder_start_id)
+        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(inputs != self.pad_id),
+                "labels": torch.from_numpy(targets), "decoder_input_ids": torch.from_numpy(decoder_inputs),
+                "decoder_attention_mask": torch.from_numpy(targets != IGNORE_INDEX)}
+
+
+class SpanCorruptionDataModule(TextDataModule):
+    """T5's pretraining data: contiguous raw rows, span corruption with sentinels, targets for the decoder."""
+
+    required_special_tokens = ("pad", "eos")
+
+    def __init__(self, *args: Any, tokenizer: str = "unigram", packing: PackingMode = "contiguous",
+                 noise_density: float = 0.15, mean_noise_span_length: float = 3.0, **kwargs: Any) -> None:
+        """
+        Args:
+            noise_density: Fraction of raw tokens hidden in noise spans (T5: 0.15).
+            mean_noise_span_length: Mean span length in tokens (T5: 3).
+        """
+        super().__init__(*args, tokenizer=tokenizer, packing=packing, **kwargs)
+        if not 0.0 < noise_density < 1.0:
+            raise ConfigError(f"data.noise_density={noise_density} must lie in (0, 1) (T5: 0.15)")
+        if mean_noise_span_length < 1.0:
+            raise ConfigError(f"data.mean_noise_span_length={mean_noise_span_length} must be >= 1 (T5: 3)")
+        if self.packing != "contiguous":
+            raise ConfigError(f"data.packing={self.packing}: span corruption reads contiguous raw rows")
+        self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
+        self.raw_length, self.target_length = raw_length_for(self.seq_len, noise_density, mean_noise_span_length)
+
+    def packed_length(self) -> int:
+        return self.raw_length
+
+    def collator(self) -> SpanCorruptionCollator:
+        tok = self.tokenizer
+        sentinels = tok.sentinel_ids()
+        if len(sentinels) == 0:
+            raise ConfigError(f"data.tokenizer '{tok.name}' has no sentinel tokens (<extra_id_0>, <extra_id_1>, ...); "
+                              "span corruption needs them: use data.tokenizer=unigram or a T5 tokenizer")
+        return SpanCorruptionCollator(sentinels, tok.ids["eos"], tok.ids["pad"], self.noise_density,
+                                      self.mean_noise_span_length, self.seed)

@@ -1,0 +1,243 @@
+"""T5 span corruption (Raffel et al. 2020) against the T5 code's semantics, the unigram tokenizer's sentinels, the
+encoder-decoder objective, and parity with transformers' T5ForConditionalGeneration (T5 and T5.1.1) both ways."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from plm_lightning import ConfigError
+from plm_lightning.data import SpanCorruptionCollator, SpanCorruptionDataModule
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data.corruption.t5_span import (
+    noise_counts,
+    random_spans_noise_mask,
+    raw_length_for,
+    sentinel_ids,
+    span_corrupt,
+)
+from plm_lightning.data.tokenizer import train_tokenizer
+from plm_lightning.objectives import Seq2SeqLM
+from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+
+def test_raw_length_is_t5s():
+    assert raw_length_for(512, 0.15, 3.0) == (568, 114)  # t5.data.preprocessors.random_spans_helper
+    assert raw_length_for(128, 0.15, 3.0) == (141, 29)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 600), st.floats(0.05, 0.6), st.floats(1.0, 10.0), st.integers(0, 2**32))
+def test_noise_mask_counts_are_exact_and_spans_interleave(length, density, mean, seed):
+    num_noise, num_spans = noise_counts(length, density, mean)
+    assume(length - num_noise >= num_spans)  # else T5's own segmentation has empty clean runs (rows of ~3 tokens)
+    mask = random_spans_noise_mask(length, density, mean, np.random.default_rng(seed))
+    assert mask.sum() == num_noise
+    starts = mask & ~np.concatenate([[False], mask[:-1]])
+    assert starts.sum() == num_spans  # every span and every clean run non-empty
+    assert not mask[0] and mask[-1]  # clean, noise, clean, noise, ... ending in noise
+    again = random_spans_noise_mask(length, density, mean, np.random.default_rng(seed))
+    assert (again == mask).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(8, 600), st.integers(0, 2**32))
+def test_corruption_is_recoverable_and_input_length_exact(inputs_length, seed):
+    raw, target_length = raw_length_for(inputs_length, 0.15, 3.0)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(3, 700, raw)  # below every sentinel id
+    noise = random_spans_noise_mask(raw, 0.15, 3.0, rng)
+    sentinels = sentinel_ids(1000, 100 if inputs_length < 600 else 200)
+    inputs, targets = span_corrupt(tokens, noise, sentinels, eos_id=1)
+    assert len(inputs) == inputs_length and len(targets) == target_length
+    assert inputs[-1] == 1 and targets[-1] == 1
+    used = inputs[np.isin(inputs, sentinels)]
+    assert used.tolist() == sentinels[: len(used)].tolist()  # <extra_id_0> (the highest id) first, descending
+    assert targets[0] == sentinels[0]
+    # interleave: input clean runs and target spans, by sentinel, give back the raw row
+    restored, spans = [], {}
+    current = None
+    for t in targets[:-1]:
+        if t in sentinels:
+            current = int(t)
+            spans[current] = []
+        else:
+            spans[current].append(int(t))
+    for t in inputs[:-1]:
+        restored.extend(spans[int(t)] if t in sentinels else [int(t)])
+    assert restored == tokens.tolist()
+
+
+def test_span_length_statistics():
+    rng = np.random.default_rng(0)
+    spans, noise = 0, 0
+    for _ in range(300):
+        mask = random_spans_noise_mask(568, 0.15, 3.0, rng)
+        noise += mask.sum()
+        spans += (mask & ~np.concatenate([[False], mask[:-1]])).sum()
+    assert abs(noise / spans - 3.0) < 0.05 and abs(noise / (300 * 568) - 0.15) < 0.001
+
+
+def test_too_many_spans_for_the_sentinels_is_a_config_error():
+    noise = random_spans_noise_mask(200, 0.5, 1.0, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="sentinel tokens"):
+        span_corrupt(np.arange(200), noise, sentinel_ids(1000, 10), 1)
+
+
+@pytest.mark.parametrize("kwargs,needle", [({"noise_density": 0.0}, "data.noise_density=0.0"),
+                                           ({"noise_density": 1.0}, "data.noise_density=1.0"),
+                                           ({"mean_noise_span_length": 0.5}, "data.mean_noise_span_length"),
+                                           ({"packing": "full_sentences"}, "contiguous")])
+def test_span_corruption_config_errors(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        SpanCorruptionDataModule(**kwargs)
+
+
+def test_unigram_tokenizer_has_t5_sentinels():
+    from plm_lightning.data import embedded_corpus
+
+    tok = train_tokenizer("unigram", embedded_corpus()[:200], 1000)
+    assert tok.vocab_size == 1000 and tok.ids == {"pad": 0, "eos": 1, "unk": 2}
+    sentinels = tok.sentinel_ids()
+    assert len(sentinels) == 100 and sentinels[0] == 999 and (np.diff(sentinels) == -1).all()
+    assert tok.decode(tok.encode_batch(["some  more\n words"])[0]) == "some more words"  # whitespace collapsed
+
+
+def test_collator_batches_teacher_forcing():
+    collate = SpanCorruptionCollator(sentinel_ids(500, 100), eos_id=1, pad_id=0, seed=3)
+    samples = [{"index": i, "epoch": 0, "input_ids": np.arange(10, 151), "document_ids": np.zeros(141)}
+               for i in range(3)]
+    batch = collate(samples)
+    assert batch["input_ids"].shape == (3, 128) and batch["labels"].shape == (3, 29)
+    assert (batch["decoder_input_ids"][:, 0] == 0).all()
+    assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
+    assert not torch.equal(batch["input_ids"][0], batch["input_ids"][1])  # each row its own spans
+    assert torch.equal(collate(samples)["input_ids"], batch["input_ids"])  # and reproducible
+
+
+def test_seq2seq_loss_backward_and_t5_init():
+    torch.manual_seed(0)
+    model = Seq2SeqLM(backbone="tiny-t5", vocab_size=500)
+    assert model.lm_head.weight is model.backbone.encoder.embeddings.token.weight
+    assert model.backbone.decoder.embeddings.token is model.backbone.encoder.embeddings.token
+    layer = model.backbone.encoder.layers[0]
+    q, kv = layer.self_attn.qkv_proj.weight[:64], layer.self_attn.qkv_proj.weight[64:]
+    assert abs(q.std().item() - (64 * 32) ** -0.5) < 0.2 * (64 * 32) ** -0.5
+    assert abs(kv.std().item() - 64 ** -0.5) < 0.1 * 64 ** -0.5
+    assert abs(model.backbone.encoder.embeddings.token.weight.std().item() - 1.0) < 0.05
+    collate = SpanCorruptionCollator(sentinel_ids(500, 100), eos_id=1, pad_id=0)
+    batch = collate([{"index": i, "epoch": 0, "input_ids": np.arange(10, 151), "document_ids": np.zeros(141)}
+                     for i in range(2)])
+    out = model(**batch)
+    assert out["lm_targets"].numel() == (batch["labels"] != IGNORE_INDEX).sum()
+    out["loss"].backward()
+    assert model.backbone.decoder.layers[0].cross_attn.kv_proj.weight.grad.abs().sum() > 0
+    untied = Seq2SeqLM(backbone="tiny-t5-v1_1", vocab_size=500)
+    assert untied.lm_head.weight is not untied.backbone.encoder.embeddings.token.weight
+
+
+transformers = pytest.importorskip("transformers")
+
+
+def _hf_t5(v1_1: bool):
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=101, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+                                relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                                feed_forward_proj="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1,
+                                decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    model = transformers.T5ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 100, (2, 30), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 22:] = 0
+    ids[1, 22:] = 0
+    dec = torch.randint(3, 100, (2, 9), generator=g)
+    dec[:, 0] = 0
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
+            "decoder_attention_mask": torch.ones_like(dec)}
+
+
+def _ours(module, batch):
+    with torch.no_grad():
+        return module.lm_head(module.decode(batch))
+
+
+def _theirs(model, batch):
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("v1_1", [False, True], ids=["t5", "t5-v1_1"])
+def test_t5_import_then_export_matches_transformers(v1_1, tmp_path):
+    from plm_lightning.interop import export_checkpoint, import_hf
+
+    hf = _hf_t5(v1_1)
+    hf.save_pretrained(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ours.ckpt")
+    ckpt = torch.load(tmp_path / "ours.ckpt", weights_only=True)
+    assert ckpt[CHECKPOINT_KEY]["objective"] == "Seq2SeqLM"
+    ours = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
+    ours.load_state_dict(ckpt["state_dict"])
+    ours.eval()
+    batch = _batch()
+    expected = _theirs(hf, batch)
+    assert (_ours(ours, batch) - expected).abs().max() <= 1e-4
+    export_checkpoint(tmp_path / "ours.ckpt", tmp_path / "exported")
+    config = json.loads((tmp_path / "exported" / "config.json").read_text())
+    assert config["architectures"] == ["T5ForConditionalGeneration"]
+    reloaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "exported").eval()
+    assert (_theirs(reloaded, batch) - expected).abs().max() <= 1e-4
+
+
+def _save(module, path):
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                CHECKPOINT_KEY: {"objective": "Seq2SeqLM", "backbone": module.config.to_dict()}}, path)
+
+
+@pytest.mark.parametrize("preset,overrides", [("tiny-t5", {}),
+                                              ("tiny-t5-v1_1", {"tie_word_embeddings": True})])
+def test_our_t5_exports_to_transformers(preset, overrides, tmp_path):
+    """T5, and T5.1.1 with a tied, unscaled head (the form transformers >= 5 gives every T5.1.1)."""
+    from plm_lightning.interop import export_checkpoint
+
+    torch.manual_seed(2)
+    module = Seq2SeqLM(backbone=preset, vocab_size=101, backbone_overrides=overrides).eval()
+    _save(module, tmp_path / "m.ckpt")
+    export_checkpoint(tmp_path / "m.ckpt", tmp_path / "hf")
+    hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+    batch = _batch()
+    assert (_ours(module, batch) - _theirs(hf, batch)).abs().max() <= 1e-4
+
+
+def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
+    """An untied T5.1.1 head is written as its own lm_head tensor with tie_word_embeddings false (the Hub format,
+    which transformers 4 loads untied) and comes back unchanged."""
+    from safetensors.torch import load_file
+
+    from plm_lightning.interop import export_checkpoint, import_hf
+
+    torch.manual_seed(4)
+    module = Seq2SeqLM(backbone="tiny-t5-v1_1", vocab_size=101).eval()
+    _save(module, tmp_path / "m.ckpt")
+    with pytest.warns(UserWarning, match="transformers >= 5 ties"):
+        export_checkpoint(tmp_path / "m.ckpt", tmp_path / "hf")
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    assert not torch.equal(weights["lm_head.weight"], weights["shared.weight"])
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["tie_word_embeddings"] is False
+    import_hf(tmp_path / "hf", tmp_path / "back.ckpt")
+    ckpt = torch.load(tmp_path / "back.ckpt", weights_only=True)
+    back = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
+    back.load_state_dict(ckpt["state_dict"])
+    batch = _batch()
+    assert torch.equal(_ours(back.eval(), batch), _ours(module, batch))
