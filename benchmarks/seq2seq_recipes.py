@@ -1,0 +1,108 @@
+"""Training speed of the encoder-decoder recipes of issue 4 against transformers at the same config, and the span
+corruption collator's cost as a share of one training step.
+
+    python -m benchmarks.seq2seq_recipes [--threads 2] [--repeats 6] [--batch 8] [--seq 128]
+
+- T5-base span corruption (seq inputs, T5's target length) vs ``T5ForConditionalGeneration``.
+- T5.1.1-base (GeGLU, untied head, no dropout) vs ``T5ForConditionalGeneration`` (gated-gelu).
+- The collator: seconds to corrupt one batch of raw rows (T5's random spans, sentinels, teacher forcing) over the
+  seconds of one T5-base training step on it; the issue's goal is <= 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+from benchmarks.common import interleaved_timing
+from benchmarks.train_throughput import _step_fn
+from plm_lightning.data import SpanCorruptionCollator
+from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
+from plm_lightning.objectives import Seq2SeqLM
+
+VOCAB = 32128
+
+
+def _samples(batch: int, raw: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"index": i, "epoch": 0, "input_ids": rng.integers(3, VOCAB - 100, raw), "document_ids": np.zeros(raw)}
+            for i in range(batch)]
+
+
+def _hf_t5(v1_1: bool) -> torch.nn.Module:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(vocab_size=VOCAB, d_model=768, d_kv=64, d_ff=2048 if v1_1 else 3072, num_layers=12, num_heads=12,
+                   feed_forward_proj="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1,
+                   dropout_rate=0.0 if v1_1 else 0.1, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return T5ForConditionalGeneration(cfg).train()
+
+
+def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
+    raw, _ = raw_length_for(seq, 0.15, 3.0)
+    collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
+    d = collate(_samples(batch, raw))
+    ours = Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train()
+    hf = _hf_t5(v1_1)
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      decoder_input_ids=d["decoder_input_ids"],
+                                      decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"]).loss),
+    }, repeats=repeats)
+    tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
+    name = "T5.1.1-base" if v1_1 else "T5-base"
+    return {"benchmark": f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)",
+            "counterpart": "T5ForConditionalGeneration", "threads": torch.get_num_threads(),
+            "ours_tokens_per_s": round(tokens / t["ours"]["median"], 1),
+            "hf_tokens_per_s": round(tokens / t["hf"]["median"], 1),
+            "ours_s_per_step_median": round(t["ours"]["median"], 4), "hf_s_per_step_median": round(t["hf"]["median"], 4),
+            "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
+
+
+def collator_share(batch: int, seq: int, repeats: int) -> dict:
+    raw, _ = raw_length_for(seq, 0.15, 3.0)
+    collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
+    samples = _samples(batch, raw)
+    d = collate(samples)
+    ours = Seq2SeqLM(backbone="t5-base", vocab_size=VOCAB).train()
+    step = _step_fn(ours, lambda: ours(**d)["loss"])
+    step()
+    collate_s, step_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            collate(samples)
+        collate_s.append((time.perf_counter() - t0) / 10)
+        t0 = time.perf_counter()
+        step()
+        step_s.append(time.perf_counter() - t0)
+    c, s = float(np.median(collate_s)), float(np.median(step_s))
+    return {"benchmark": f"span corruption collator share of a T5-base step (batch {batch}, {seq} tokens)",
+            "collator_s_per_batch": round(c, 5), "step_s": round(s, 4), "collator_share": round(c / s, 4),
+            "note": "the collator runs in DataLoader workers (num_workers > 0) beside the step; 1 thread here"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--only", nargs="*", choices=["t5", "t5-v1_1", "collator"],
+                        default=["t5", "t5-v1_1", "collator"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False),
+            "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True),
+            "collator": lambda: collator_share(args.batch, args.seq, args.repeats)}
+    for name in args.only:
+        print(json.dumps(runs[name]()))
+
+
+if __name__ == "__main__":
+    main()
