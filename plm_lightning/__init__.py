@@ -12,6 +12,7 @@ from plm_lightning.data import (
     MaskedLMCollator,
     MaskedLMDataModule,
     MultilingualDataModule,
+    MultilingualSpanCorruptionDataModule,
     SpanCorruptionDataModule,
     TextDataModule,
     TextTokenizer,
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule", "ConfigError",
     "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator",
-    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "embedded_corpus", "get_preset",
-    "mask_tokens",
+    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
+    "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
+    "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -132,13 +132,14 @@ def _valid_keys(section: str) -> list[str]:
         ERNIE2DataModule,
         MaskedLMDataModule,
         MultilingualDataModule,
+        MultilingualSpanCorruptionDataModule,
         SpanCorruptionDataModule,
     )
     from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Seq2SeqLM
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
-                        CausalLMDataModule, TextDataModule]}
+                        MultilingualSpanCorruptionDataModule, CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

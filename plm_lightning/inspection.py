@@ -79,7 +79,10 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
     original = noise = spans = loss_tokens = 0
     inputs: list[int] = []
     targets: list[int] = []
+    streams: list[int] = []
     for samples, batch in _batches(datamodule, batches):
+        if "stream" in batch:
+            streams.extend(batch["stream"].tolist())
         original += int(sum((np.asarray(s["document_ids"]) >= 0).sum() for s in samples))
         labels = batch["labels"].numpy()
         carried = labels != IGNORE_INDEX
@@ -94,6 +97,7 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
         "noise_tokens": noise, "spans": spans, "mean_span_length": noise / spans if spans else None,
         "input_length_mean": float(np.mean(inputs)) if inputs else None,
         "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
+        **_stream_mix(datamodule, streams),
     }
 
 

@@ -23,7 +23,7 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
-                                    "gpt2"])
+                                    "mt5", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -154,7 +154,7 @@ def test_json_config_roundtrip_of_cli_defaults():
                                               ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
                                               ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"),
                                               ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("t5", "Seq2SeqLM"),
-                                              ("gpt2", "CausalLM")])
+                                              ("mt5", "Seq2SeqLM"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -174,7 +174,9 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert max(abs(p - 1 / 3) for p in stats["distance_label_fraction"]) < 0.15
         assert 1.5 < stats["reorder_mean_segments"] < 2.5 and stats["form_fraction"]["distance"] > 0
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05
-    elif recipe == "t5":  # Raffel et al. 2020: 15% noise in spans of mean length 3; 29 targets per 128 inputs
+    elif recipe in ("t5", "mt5"):  # Raffel et al. 2020: 15% noise in spans of mean length 3; 29 targets per 128
+        if recipe == "mt5":  # two languages of equal size: alpha = 0.3 keeps them even
+            assert stats["stream_probability"] == {"en": 0.5, "fake": 0.5}
         assert abs(stats["loss_fraction"] - 0.15) < 0.01 and abs(stats["mean_span_length"] - 3.0) < 0.2
         assert stats["input_length_mean"] == 128 and abs(stats["target_length_mean"] / 128 - 0.22) < 0.02
         assert stats["mask_token_fraction"] is None

@@ -241,3 +241,47 @@ def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
     back.load_state_dict(ckpt["state_dict"])
     batch = _batch()
     assert torch.equal(_ours(back.eval(), batch), _ours(module, batch))
+
+
+def test_mt5_import_matches_transformers(tmp_path):
+    from plm_lightning.interop import import_hf
+
+    torch.manual_seed(0)
+    cfg = transformers.MT5Config(vocab_size=101, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+                                 relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+                                 eos_token_id=1)
+    hf = transformers.MT5ForConditionalGeneration(cfg).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    info = import_hf(tmp_path / "hf", tmp_path / "ours.ckpt")
+    assert info["family"] == "mt5" and info["objective"] == "Seq2SeqLM"
+    ckpt = torch.load(tmp_path / "ours.ckpt", weights_only=True)
+    ours = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
+    ours.load_state_dict(ckpt["state_dict"])
+    batch = _batch()
+    assert (_ours(ours.eval(), batch) - _theirs(hf, batch)).abs().max() <= 1e-4
+
+
+def test_multilingual_span_corruption_samples_languages_by_alpha(tmp_path):
+    from plm_lightning.data import MultilingualSpanCorruptionDataModule
+    from plm_lightning.data.sampling import smoothed_probabilities
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+    rng = np.random.default_rng(0)
+
+    def corpus(path, n):
+        path.write_text("\n\n".join(" ".join(rng.choice(words, 60)) + "." for _ in range(n)))
+        return str(path)
+
+    dm = MultilingualSpanCorruptionDataModule(
+        corpora={"big": corpus(tmp_path / "big.txt", 400), "small": "fake:" + corpus(tmp_path / "small.txt", 20)},
+        tokenizer_vocab_size=400, seq_len=32, batch_size=50, cache_dir=str(tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    sizes = [len(b) for b in dm.stream_blocks["train"]]
+    expected = smoothed_probabilities(sizes, 0.3)
+    assert sizes[0] > 10 * sizes[1] and expected[1] > 0.25  # the small language is up-sampled from < 9%
+    streams, sentinels = [], set(dm.tokenizer.sentinel_ids().tolist())
+    for batch in dm.train_dataloader():
+        streams.extend(batch["stream"].tolist())
+        assert batch["input_ids"].shape[1] == 32 and int(batch["labels"][0, 0]) in sentinels
+    assert abs(np.mean(np.array(streams) == 1) - expected[1]) < 0.05

@@ -6,14 +6,18 @@ from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
 from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
 from plm_lightning.data.packing import PackedBlocks
 from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
-from plm_lightning.data.seq2seq import SpanCorruptionCollator, SpanCorruptionDataModule
+from plm_lightning.data.seq2seq import (
+    MultilingualSpanCorruptionDataModule,
+    SpanCorruptionCollator,
+    SpanCorruptionDataModule,
+)
 from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 
 __all__ = [
     "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator", "ERNIE2DataModule", "MaskedLMCollator",
-    "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator", "PackedBlocks",
-    "SpanCorruptionCollator", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "embedded_corpus",
-    "fake_language", "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences",
-    "train_tokenizer",
+    "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator",
+    "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator", "SpanCorruptionDataModule",
+    "TextDataModule", "TextTokenizer", "embedded_corpus", "fake_language", "load_documents", "load_parallel",
+    "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

@@ -16,7 +16,7 @@ from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode, build_or_load
-from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sampling import BlockSampler, InterleavedSampler, MixtureSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.errors import ConfigError
@@ -216,20 +216,39 @@ class TextDataModule(L.LightningDataModule):
     def collator(self) -> Any:
         raise NotImplementedError
 
+    def _replicas(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def _resumable(self, dataset: Dataset, sampler: BlockSampler, shuffle: bool) -> ResumableDataLoader:
+        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
+                                   num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
+                                   # its own generator: creating an iterator must not draw from the global RNG, or a
+                                   # resumed run's dropout would be shifted by one draw
+                                   generator=torch.Generator().manual_seed(self.seed))
+
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
         blocks = self.blocks[split]
         if len(blocks) == 0:
             return []
-        trainer = self.trainer
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        replicas, rank = self._replicas()
         sampler = BlockSampler(len(blocks), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
                                drop_last=shuffle)
-        return ResumableDataLoader(BlockDataset(blocks), batch_size=self.batch_size, sampler=sampler,
-                                   collate_fn=self.collator(), num_workers=self.num_workers, drop_last=shuffle,
-                                   persistent_workers=False,
-                                   # its own generator: creating an iterator must not draw from the global RNG, or a
-                                   # resumed run's dropout would be shifted by one draw
-                                   generator=torch.Generator().manual_seed(self.seed))
+        return self._resumable(BlockDataset(blocks), sampler, shuffle)
+
+    def _stream_loader(self, streams: list[PackedBlocks], shuffle: bool, weights: np.ndarray | None = None,
+                       languages: list[int] | None = None, stage_epochs: tuple[float, ...] = ()
+                       ) -> ResumableDataLoader | list:
+        """Several streams of blocks (languages, ERNIE 2.0's pairs): training draws mix them by ``weights`` (per
+        stage with ``stage_epochs``), validation reads every block once, the streams interleaved."""
+        dataset = StreamDataset(streams, languages)
+        if len(dataset) == 0:
+            return []
+        replicas, rank = self._replicas()
+        sizes = dataset.sizes.tolist()
+        sampler = (MixtureSampler(sizes, weights, self.seed, replicas, rank, stage_epochs=stage_epochs) if shuffle
+                   else InterleavedSampler(sizes, self.seed, replicas, rank))
+        return self._resumable(dataset, sampler, shuffle)
 
     def train_dataloader(self) -> ResumableDataLoader:
         return self._loader("train", shuffle=True)

@@ -22,9 +22,9 @@ import torch
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.sentence_reorder import reorder_segments
-from plm_lightning.data.datamodule import MaskedLMDataModule, StreamDataset
+from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks, build_or_load
-from plm_lightning.data.sampling import InterleavedSampler, MixtureSampler, ResumableDataLoader
+from plm_lightning.data.sampling import ResumableDataLoader
 from plm_lightning.errors import ConfigError
 
 Task = Literal["knowledge_masking", "capitalization", "token_document_relation", "sentence_reordering",
@@ -171,19 +171,8 @@ class ERNIE2DataModule(MaskedLMDataModule):
         return np.asarray(rows)
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
-        dataset = StreamDataset(self.stream_blocks[split])
-        if len(dataset) == 0:
-            return []
-        trainer = self.trainer
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        if shuffle:
-            sampler = MixtureSampler(dataset.sizes.tolist(), self.stage_weights(), self.seed, replicas, rank,
-                                     stage_epochs=self.task_epochs)
-        else:
-            sampler = InterleavedSampler(dataset.sizes.tolist(), self.seed, replicas, rank)
-        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
-                                   num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
-                                   generator=torch.Generator().manual_seed(self.seed))
+        return self._stream_loader(self.stream_blocks[split], shuffle, self.stage_weights(),
+                                   stage_epochs=self.task_epochs)
 
     def collator(self) -> ERNIE2Collator:
         tok = self.tokenizer

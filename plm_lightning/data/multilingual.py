@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from plm_lightning.data.collators import MaskedLMCollator
-from plm_lightning.data.datamodule import MaskedLMDataModule, StreamDataset
+from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
@@ -31,7 +31,7 @@ from plm_lightning.data.packing import (
     split_documents,
     tokenizer_hash,
 )
-from plm_lightning.data.sampling import InterleavedSampler, MixtureSampler, ResumableDataLoader, smoothed_probabilities
+from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
 from plm_lightning.data.sources import load_documents, load_parallel, parallel_fingerprint, source_fingerprint
 from plm_lightning.errors import ConfigError
 
@@ -63,7 +63,74 @@ class MultilingualMLMCollator(MaskedLMCollator):
         return out
 
 
-class MultilingualDataModule(MaskedLMDataModule):
+class MultiCorpusMixin:
+    """One corpus per language for any :class:`TextDataModule`: the shared tokenizer trains on all of them, each
+    packs into its own stream, and training draws pick a language with q_i ~ p_i^``language_alpha``
+    (:func:`smoothed_probabilities`)."""
+
+    def _init_corpora(self, corpora: dict[str, str] | None, language_alpha: float) -> None:
+        if not corpora:
+            raise ConfigError("data.corpora: give at least one language, e.g. {en: embedded, fake: fake:embedded}")
+        if language_alpha <= 0:
+            raise ConfigError(f"data.language_alpha={language_alpha} must be > 0 (XLM 0.5, multilingual BERT 0.7, "
+                              "XLM-R and mT5 0.3; 1 keeps the natural mix)")
+        self.corpora, self.languages, self.language_alpha = dict(corpora), list(corpora), language_alpha
+        self._language_documents: dict[str, tuple[list[str], str]] = {}
+        self.stream_names: list[str] = []
+        self.stream_languages: list[int] = []
+        self.stream_blocks: dict[str, list[PackedBlocks]] = {}
+
+    # -- text: every language feeds the shared tokenizer --------------------------------------------------------
+    def language_documents(self, language: str) -> tuple[list[str], str]:
+        if language not in self._language_documents:
+            try:
+                self._language_documents[language] = load_documents(self.corpora[language], self.text_field,
+                                                                    self.split_name, self.max_documents)
+            except ConfigError as err:
+                raise ConfigError(f"data.corpora[{language}]: {err}") from err
+        return self._language_documents[language]
+
+    def _language_fingerprint(self, language: str) -> str:
+        if language in self._language_documents:
+            return self._language_documents[language][1]
+        cheap = source_fingerprint(self.corpora[language], self.text_field, self.max_documents)
+        return cheap if cheap is not None else self.language_documents(language)[1]
+
+    def documents(self) -> tuple[list[str], str]:
+        docs = [d for lang in self.languages for d in self.language_documents(lang)[0]]
+        return docs, self._fingerprint()
+
+    def _fingerprint(self) -> str:
+        return "multilingual-" + "|".join(f"{lang}={self._language_fingerprint(lang)}" for lang in self.languages)
+
+    # -- blocks: one stream per language ------------------------------------------------------------------------
+    def _load_blocks(self) -> None:
+        tok, length = self.tokenizer, self.packed_length()
+        streams: dict[str, list[PackedBlocks]] = {"train": [], "val": []}
+        for lang in self.languages:
+            blocks = build_or_load(lambda lang=lang: self.language_documents(lang)[0], self._language_fingerprint(lang),
+                                   tok, tok.file, self.packing, length, self.val_fraction, self.seed,
+                                   self.cache_dir, self.knowledge_spec(), self.word_segmenter)
+            if len(blocks["train"]) == 0:
+                raise ConfigError(f"data.corpora[{lang}]: '{self.corpora[lang]}' yields no {length}-token "
+                                  f"training block with packing={self.packing}; add text or lower data.seq_len")
+            for split in streams:
+                streams[split].append(blocks[split])
+        self.stream_names, self.stream_languages = list(self.languages), list(range(len(self.languages)))
+        self.stream_blocks = streams
+        self.blocks = {split: streams[split][0] for split in streams}  # the first language's, for generic readers
+
+    def stream_weights(self) -> np.ndarray:
+        """Training probability of each language's stream."""
+        sizes = [len(b) for b in self.stream_blocks["train"][: len(self.languages)]]
+        return smoothed_probabilities(sizes, self.language_alpha)
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        return self._stream_loader(self.stream_blocks[split], shuffle, self.stream_weights() if shuffle else None,
+                                   self.stream_languages)
+
+
+class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
     """XLM / multilingual BERT data: ``corpora`` (language -> source), smoothed language sampling, language ids,
     and TLM from ``parallel_corpora``. Every masked-LM option (masking scheme, packing, static masking) applies
     per language."""
@@ -93,14 +160,9 @@ class MultilingualDataModule(MaskedLMDataModule):
                 token-type embedding, resized to the number of languages); multilingual BERT has none.
         """
         super().__init__(*args, **kwargs)
-        if not corpora:
-            raise ConfigError("data.corpora: give at least one language, e.g. {en: embedded, fake: fake:embedded}")
-        if language_alpha <= 0:
-            raise ConfigError(f"data.language_alpha={language_alpha} must be > 0 (XLM 0.5, multilingual BERT 0.7, "
-                              "XLM-R 0.3; 1 keeps the natural mix)")
+        self._init_corpora(corpora, language_alpha)
         if not 0.0 <= tlm_fraction < 1.0:
             raise ConfigError(f"data.tlm_fraction={tlm_fraction} must be in [0, 1)")
-        self.corpora, self.languages = dict(corpora), list(corpora)
         self.parallel_corpora = dict(parallel_corpora or {})
         for name in self.parallel_corpora:
             pair = name.split("-")
@@ -111,61 +173,19 @@ class MultilingualDataModule(MaskedLMDataModule):
             raise ConfigError(f"data.packing={self.packing} puts NSP/SOP segments in the token types, which language "
                               "embeddings and TLM pairs need; use full_sentences with them, or set "
                               "data.language_embeddings=false and no parallel_corpora (multilingual BERT)")
-        self.language_alpha, self.tlm_fraction = language_alpha, tlm_fraction
-        self.language_embeddings = language_embeddings
+        self.tlm_fraction, self.language_embeddings = tlm_fraction, language_embeddings
         self.token_type_vocab = len(self.languages) if language_embeddings else None
-        self._language_documents: dict[str, tuple[list[str], str]] = {}
-        self.stream_names: list[str] = []
-        self.stream_languages: list[int] = []
-        self.stream_blocks: dict[str, list[PackedBlocks]] = {}
 
-    # -- text: every language feeds the shared tokenizer --------------------------------------------------------
-    def language_documents(self, language: str) -> tuple[list[str], str]:
-        if language not in self._language_documents:
-            try:
-                self._language_documents[language] = load_documents(self.corpora[language], self.text_field,
-                                                                    self.split_name, self.max_documents)
-            except ConfigError as err:
-                raise ConfigError(f"data.corpora[{language}]: {err}") from err
-        return self._language_documents[language]
-
-    def _language_fingerprint(self, language: str) -> str:
-        if language in self._language_documents:
-            return self._language_documents[language][1]
-        cheap = source_fingerprint(self.corpora[language], self.text_field, self.max_documents)
-        return cheap if cheap is not None else self.language_documents(language)[1]
-
-    def documents(self) -> tuple[list[str], str]:
-        docs = [d for lang in self.languages for d in self.language_documents(lang)[0]]
-        return docs, self._fingerprint()
-
-    def _fingerprint(self) -> str:
-        return "multilingual-" + "|".join(f"{lang}={self._language_fingerprint(lang)}" for lang in self.languages)
-
-    # -- blocks: one stream per language, one per parallel corpus -----------------------------------------------
+    # -- blocks: one stream per language (MultiCorpusMixin), one per parallel corpus -----------------------------
     def _load_blocks(self) -> None:
-        tok = self.tokenizer
-        names, languages, streams = [], [], {"train": [], "val": []}
-        for i, lang in enumerate(self.languages):
-            blocks = build_or_load(lambda lang=lang: self.language_documents(lang)[0], self._language_fingerprint(lang),
-                                   tok, tok.file, self.packing, self.seq_len, self.val_fraction, self.seed,
-                                   self.cache_dir, self.knowledge_spec(), self.word_segmenter)
-            if len(blocks["train"]) == 0:
-                raise ConfigError(f"data.corpora[{lang}]: '{self.corpora[lang]}' yields no {self.seq_len}-token "
-                                  f"training block with packing={self.packing}; add text or lower data.seq_len")
-            names.append(lang)
-            languages.append(i)
-            for split in streams:
-                streams[split].append(blocks[split])
+        super()._load_blocks()
         if self.tlm_fraction > 0:
             for name, source in self.parallel_corpora.items():
                 blocks = self._translation_blocks(name, source)
-                names.append(name)
-                languages.append(self.languages.index(name.split("-")[0]))
-                for split in streams:
-                    streams[split].append(blocks[split])
-        self.stream_names, self.stream_languages, self.stream_blocks = names, languages, streams
-        self.blocks = {split: streams[split][0] for split in streams}  # the first language's, for generic readers
+                self.stream_names.append(name)
+                self.stream_languages.append(self.languages.index(name.split("-")[0]))
+                for split in self.stream_blocks:
+                    self.stream_blocks[split].append(blocks[split])
 
     def _translation_blocks(self, name: str, source: str) -> dict[str, PackedBlocks]:
         tok = self.tokenizer
@@ -194,7 +214,7 @@ class MultilingualDataModule(MaskedLMDataModule):
         the parallel corpora (q smoothed by ``language_alpha`` within each group)."""
         sizes = np.array([len(b) for b in self.stream_blocks["train"]])
         mono = len(self.languages)
-        weights = smoothed_probabilities(sizes[:mono], self.language_alpha)
+        weights = super().stream_weights()
         if len(sizes) == mono:
             return weights
         if (sizes[mono:] == 0).any():
@@ -202,20 +222,6 @@ class MultilingualDataModule(MaskedLMDataModule):
             raise ConfigError(f"data.parallel_corpora{empty}: no training pair left after the validation split")
         tlm = smoothed_probabilities(sizes[mono:], self.language_alpha)
         return np.concatenate([(1 - self.tlm_fraction) * weights, self.tlm_fraction * tlm])
-
-    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
-        dataset = StreamDataset(self.stream_blocks[split], self.stream_languages)
-        if len(dataset) == 0:
-            return []
-        trainer = self.trainer
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        if shuffle:
-            sampler = MixtureSampler(dataset.sizes.tolist(), self.stream_weights(), self.seed, replicas, rank)
-        else:
-            sampler = InterleavedSampler(dataset.sizes.tolist(), self.seed, replicas, rank)
-        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),
-                                   num_workers=self.num_workers, drop_last=shuffle, persistent_workers=False,
-                                   generator=torch.Generator().manual_seed(self.seed))
 
     def collator(self) -> MultilingualMLMCollator:
         tok = self.tokenizer

@@ -16,6 +16,7 @@ from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.t5_span import random_spans_noise_mask, raw_length_for, span_corrupt
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.multilingual import MultiCorpusMixin
 from plm_lightning.data.packing import PackingMode
 from plm_lightning.errors import ConfigError
 
@@ -55,9 +56,12 @@ class SpanCorruptionCollator:
         for row, (i, t) in enumerate(pairs):
             inputs[row, : len(i)], targets[row, : len(t)] = i, t
         decoder_inputs = shift_right(np.where(targets == IGNORE_INDEX, self.pad_id, targets), self.decoder_start_id)
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(inputs != self.pad_id),
-                "labels": torch.from_numpy(targets), "decoder_input_ids": torch.from_numpy(decoder_inputs),
-                "decoder_attention_mask": torch.from_numpy(targets != IGNORE_INDEX)}
+        out = {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(inputs != self.pad_id),
+               "labels": torch.from_numpy(targets), "decoder_input_ids": torch.from_numpy(decoder_inputs),
+               "decoder_attention_mask": torch.from_numpy(targets != IGNORE_INDEX)}
+        if "stream" in samples[0]:  # multilingual data: each row's language, for per-language losses and inspect
+            out["stream"] = torch.tensor([s["stream"] for s in samples])
+        return out
 
 
 class SpanCorruptionDataModule(TextDataModule):
@@ -93,3 +97,19 @@ class SpanCorruptionDataModule(TextDataModule):
                               "span corruption needs them: use data.tokenizer=unigram or a T5 tokenizer")
         return SpanCorruptionCollator(sentinels, tok.ids["eos"], tok.ids["pad"], self.noise_density,
                                       self.mean_noise_span_length, self.seed)
+
+
+class MultilingualSpanCorruptionDataModule(MultiCorpusMixin, SpanCorruptionDataModule):
+    """mT5 (Xue et al. 2021, sec. 2): T5 span corruption over one corpus per language, a Unigram vocabulary trained
+    on all of them, and languages sampled with q_i ~ p_i^alpha, alpha = 0.3."""
+
+    def __init__(self, *args: Any, corpora: dict[str, str] | None = None, language_alpha: float = 0.3,
+                 **kwargs: Any) -> None:
+        """
+        Args:
+            corpora: Language code -> source (as data.source; fake:<source> is that source in Fake-English).
+            language_alpha: Sampling exponent (mT5: 0.3, which the paper found to balance high- and low-resource
+                languages).
+        """
+        super().__init__(*args, **kwargs)
+        self._init_corpora(corpora, language_alpha)

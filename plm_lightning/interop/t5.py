@@ -128,8 +128,9 @@ def t5_from_config(config: dict[str, Any]) -> BackboneConfig:
                           "not supported")
     tied = config.get("tie_word_embeddings", True)
     # transformers >= 5 always ties T5's LM head and keeps the old flag's other meaning, the d_model^-1/2 scaling,
-    # in scale_decoder_outputs (huggingface/transformers#42815); older configs say both with tie_word_embeddings
-    scaled = config.get("scale_decoder_outputs", tied)
+    # in scale_decoder_outputs (huggingface/transformers#42815); older configs say both with tie_word_embeddings.
+    # mT5 is T5.1.1 and never scales
+    scaled = config.get("scale_decoder_outputs", tied and config.get("model_type") != "mt5")
     return BackboneConfig(
         vocab_size=config["vocab_size"], hidden_size=d, num_layers=config["num_layers"], num_heads=heads,
         intermediate_size=config["d_ff"], type_vocab_size=0, position_embedding="t5_relative", norm="rmsnorm",
