@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,34 @@ BACKENDS = ("auto", "eager", "sdpa", "xformers")
 @functools.cache
 def xformers_available() -> bool:
     return importlib.util.find_spec("xformers") is not None
+
+
+@dataclass
+class KVCache:
+    """One attention module's keys and values ``[B, heads, T, head_dim]`` during incremental decoding."""
+
+    key: Tensor | None = None
+    value: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        if self.key is not None:
+            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.key is None else self.key.shape[2]
+
+
+@dataclass
+class LayerCache:
+    """A block's self-attention and cross-attention caches."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+    def reorder(self, index: Tensor) -> None:
+        self.self_attn.reorder(index)
+        self.cross_attn.reorder(index)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -117,6 +146,15 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
 
+    def _cached(self, k: Tensor, v: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
+        """Self-attention appends the new keys/values to the cache; cross-attention's are computed once."""
+        if cache is None:
+            return k, v
+        if cache.key is not None and not self.cross_attention:
+            k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
+        cache.key, cache.value = k, v
+        return k, v
+
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
@@ -131,10 +169,13 @@ class MultiHeadAttention(nn.Module):
         kv: Tensor | None = None,
         query_index: Tensor | None = None,
         unpadding: Unpadding | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: compute the output only for these query positions (keys and values still
         come from every position), returning ``[B, K, H]``. ``unpadding``: ``x`` is ``[1, T, H]`` (real tokens
-        only); the kernel runs on the re-padded layout and the output is unpadded again."""
+        only); the kernel runs on the re-padded layout and the output is unpadded again. ``cache``: incremental
+        decoding; ``x`` holds only the new positions, which attend to the cached ones too (causal masks are
+        aligned to the end of the keys)."""
         h = self.hidden_size
         if unpadding is not None:
             if self.cross_attention or query_index is not None:
@@ -145,6 +186,11 @@ class MultiHeadAttention(nn.Module):
                 q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
             out = self.attend(q, k, v, mask, is_causal, position_bias)
             return self.o_proj(unpadding.unpad(out.transpose(1, 2).flatten(2)))
+        if self.cross_attention and cache is not None and cache.key is not None:  # the encoder's keys, cached
+            q = self._heads(self.q_proj(x))
+            out = self.attend(q, cache.key, cache.value, mask, False, position_bias)
+            b, _, n, _ = out.shape
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
         if self.cross_attention:
             if kv is None:
                 raise ValueError("cross-attention needs kv (the encoder output)")
@@ -168,6 +214,9 @@ class MultiHeadAttention(nn.Module):
                 rope_q = tuple(take_rows(t.expand(query_index.shape[0], *t.shape[-2:]), query_index) for t in rope)
         if rope is not None:
             q, k = apply_rotary(q, *rope_q), apply_rotary(k, *rope)
+        k, v = self._cached(k, v, cache)
+        if cache is not None and is_causal and q.shape[2] == 1:
+            is_causal = False  # one new query sees every cached key
         out = self.attend(q, k, v, mask, is_causal, position_bias)
         b, _, n, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
@@ -176,7 +225,7 @@ class MultiHeadAttention(nn.Module):
                position_bias: Tensor | None) -> Tensor:
         backend = resolve_backend(self.backend, q.device)
         dropout_p = self.dropout if self.training else 0.0
-        only_causal = is_causal and mask is None and position_bias is None
+        only_causal = is_causal and mask is None and position_bias is None and q.shape[2] == k.shape[2]
         if is_causal and not only_causal:
             mask = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2]))
         if backend == "sdpa" and position_bias is None:

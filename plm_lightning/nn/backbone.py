@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from plm_lightning.nn.attention import LayerCache
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import ConvLayer, relative_positions
@@ -94,6 +95,7 @@ class TransformerStack(nn.Module):
         output_positions: Tensor | None = None,
         num_blocks: int | None = None,
         task_type_ids: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
     ) -> BackboneOutput:
         """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
 
@@ -105,9 +107,16 @@ class TransformerStack(nn.Module):
         """
         causal = self.causal if causal is None else causal
         length = input_ids.shape[1]
+        past = 0
+        if cache is not None:  # incremental decoding: input_ids are the new tokens after `past` cached ones
+            if self.cfg.unpad or self.relative_embeddings is not None or self.cfg.local_attention_window is not None:
+                raise ValueError("the key-value cache serves dense, absolute / rotary / T5-bucket attention stacks")
+            past = cache[0].self_attn.length
+            if position_ids is None:
+                position_ids = torch.arange(past, past + length, device=input_ids.device)[None]
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # no padding: let SDPA take its mask-free (and, if causal, is_causal) fast path
-        if length > self.cfg.max_position_embeddings and self.cfg.position_embedding in ("learned", "sinusoidal"):
+        if past + length > self.cfg.max_position_embeddings and self.cfg.position_embedding in ("learned", "sinusoidal"):
             raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
                              f"{self.cfg.max_position_embeddings}")
         self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
@@ -121,7 +130,8 @@ class TransformerStack(nn.Module):
         if self.cfg.local_attention_window is not None:
             window = sliding_window_mask(length, self.cfg.local_attention_window, causal, input_ids.device)
             local_mask = combine(self_mask, window)
-        bias = self.relative_bias(length, length, input_ids.device) if self.relative_bias is not None else None
+        bias = (self.relative_bias(length, past + length, input_ids.device, query_offset=past)
+                if self.relative_bias is not None else None)
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
 
         x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)
@@ -142,7 +152,8 @@ class TransformerStack(nn.Module):
             x = block(x, mask=self_mask if is_global else local_mask, is_causal=causal and is_global,
                       position_bias=bias, rope=rope if is_global else local_rope, encoder_out=encoder_out,
                       encoder_mask=enc_mask, query_index=output_positions if last else None,
-                      **({"unpadding": unpadding} if unpadding is not None else {}), **extra)
+                      **({"unpadding": unpadding} if unpadding is not None else {}),
+                      **({"cache": cache[i]} if cache is not None else {}), **extra)
             if i == 0 and self.conv is not None:
                 x = self.conv(hidden[0], x, attention_mask)
             hidden.append(x)

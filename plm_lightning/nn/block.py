@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from plm_lightning.nn.attention import MultiHeadAttention, take_rows
+from plm_lightning.nn.attention import LayerCache, MultiHeadAttention, take_rows
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import DisentangledSelfAttention
 from plm_lightning.nn.feedforward import FeedForward
@@ -63,13 +63,15 @@ class TransformerBlock(nn.Module):
         unpadding: Unpadding | None = None,
         relative: tuple[Tensor, Tensor] | None = None,
         query: Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
         ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``).
         ``relative``: DeBERTa's (relative embedding table, relative positions). ``query``: a separate query stream
         (DeBERTa's Enhanced Mask Decoder; its rows at ``query_index`` or at every position), keys/values from ``x``."""
         skip = query if query is not None else take_rows(x, query_index) if query_index is not None else None
-        given = {"unpadding": unpadding, "relative": relative, "query": query}
+        given = {"unpadding": unpadding, "relative": relative, "query": query,
+                 "cache": None if cache is None else cache.self_attn}
         extra = {k: v for k, v in given.items() if v is not None}
         x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,
                            position_bias=position_bias, rope=rope, query_index=query_index, skip=skip, **extra)
@@ -77,5 +79,6 @@ class TransformerBlock(nn.Module):
             if encoder_out is None:
                 raise ValueError("this block has cross-attention: pass encoder_out")
             x = self._residual(x, self.cross_attn_norm, self.cross_attn, mask=encoder_mask,
-                               position_bias=encoder_position_bias, kv=encoder_out)
+                               position_bias=encoder_position_bias, kv=encoder_out,
+                               **({"cache": cache.cross_attn} if cache is not None else {}))
         return self._residual(x, self.ffn_norm, self.ffn)

@@ -77,8 +77,10 @@ class RelativePositionBias(nn.Module):
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.embedding = nn.Embedding(num_buckets, num_heads)
 
-    def forward(self, query_length: int, key_length: int, device: torch.device | None = None) -> Tensor:
-        q = torch.arange(query_length, device=device)[:, None]
+    def forward(self, query_length: int, key_length: int, device: torch.device | None = None,
+                query_offset: int = 0) -> Tensor:
+        """``[1, H, Lq, Lk]``; ``query_offset``: the queries' first position (the cached length when decoding)."""
+        q = torch.arange(query_offset, query_offset + query_length, device=device)[:, None]
         k = torch.arange(key_length, device=device)[None, :]
         buckets = relative_position_bucket(k - q, self.bidirectional, self.num_buckets, self.max_distance)
         return self.embedding(buckets).permute(2, 0, 1)[None]  # [1, H, Lq, Lk]

@@ -1,0 +1,70 @@
+"""``predict``: generate from a text file of prompts with a trained causal LM (continue each prompt) or an
+encoder-decoder (T5: fill the sentinels of each prompt), one output per prompt."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plm_lightning.errors import ConfigError
+from plm_lightning.generation import GenerationConfig, generate
+
+SENTINEL = re.compile(r"<extra_id_(\d+)>")
+
+
+def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode, tokenizer) of a plm_lightning checkpoint or a transformers directory."""
+    from plm_lightning.interop.io import _tokenizer_from_meta, hf_to_checkpoint, is_hf_directory, load_checkpoint
+    from plm_lightning.objectives import CausalLM, Seq2SeqLM
+    from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+    ckpt = hf_to_checkpoint(path) if is_hf_directory(path) else load_checkpoint(path)
+    meta = ckpt[CHECKPOINT_KEY]
+    classes = {"CausalLM": CausalLM, "Seq2SeqLM": Seq2SeqLM}
+    if meta["objective"] not in classes:
+        raise ConfigError(f"predict: '{path}' holds a {meta['objective']} checkpoint; generation needs a CausalLM "
+                          "(GPT-2) or Seq2SeqLM (T5) one")
+    hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
+    hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
+    model = classes[meta["objective"]](**hparams)
+    model.load_state_dict(ckpt["state_dict"], strict=False)
+    tokenizer = _tokenizer_from_meta(meta)
+    if tokenizer is None:
+        raise ConfigError(f"predict: '{path}' has no tokenizer; train with this package or export one with it")
+    return model.eval(), tokenizer
+
+
+def fill_sentinels(prompt: str, output: str) -> str:
+    """T5: put each generated span where its sentinel stands in the prompt (``<extra_id_0> a <extra_id_1> b``)."""
+    pieces = SENTINEL.split(output)
+    spans = {int(pieces[i]): pieces[i + 1].strip() for i in range(1, len(pieces) - 1, 2)}
+    return SENTINEL.sub(lambda m: spans.get(int(m.group(1)), m.group(0)), prompt)
+
+
+def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -> list[dict[str, str]]:
+    path = Path(prompts_file)
+    if not path.is_file():
+        raise ConfigError(f"predict: no such prompts file '{prompts_file}' (one prompt per line)")
+    prompts = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise ConfigError(f"predict: '{prompts_file}' has no prompt (one prompt per line)")
+    model, tok = load_generator(checkpoint)
+    encoder_decoder = hasattr(model.backbone, "encoder")
+    eos = tok.ids.get("eos")
+    results = []
+    for prompt in prompts:
+        ids = tok.encode_batch([prompt])[0]
+        if encoder_decoder and eos is not None:
+            ids = [*ids, eos]
+        if not ids:
+            raise ConfigError(f"predict: the prompt {prompt!r} has no tokens")
+        out = generate(model, torch.tensor([ids]), None, config, eos, tok.ids.get("pad", 0) if encoder_decoder else None)
+        text = tok.decode(out[0], skip_special_tokens=False)
+        row = {"prompt": prompt, "output": text.replace(tok.special.get("eos", "\0"), "").strip()}
+        if encoder_decoder and SENTINEL.search(prompt):
+            row["filled"] = fill_sentinels(prompt, row["output"])
+        results.append(row)
+    return results
