@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] in EXTRA_COMMANDS:
+        generating = argv[:1] == ["predict"] and len(argv) > 1 and not argv[1].startswith("-")
+        if argv and (argv[0] in EXTRA_COMMANDS or generating):  # `predict --config ...` stays LightningCLI's
             from plm_lightning import commands
 
             getattr(commands, f"run_{argv[0]}")(argv[1:])

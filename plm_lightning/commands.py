@@ -1,4 +1,5 @@
-"""The CLI's extra subcommands: ``inspect``, ``export`` and ``import``."""
+"""The CLI's extra subcommands: ``inspect``, ``export``, ``import`` and ``predict CHECKPOINT PROMPTS`` (generation;
+``predict --config ...`` remains LightningCLI's)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,31 @@ def run_inspect(argv: list[str]) -> None:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
     else:
         render(datamodule, objective, sys.stdout, progress=args.progress)
+
+
+def run_predict(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning predict",
+                     description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
+    parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
+    parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line")
+    parser.add_argument("--strategy", default="greedy", help="greedy, sample or beam")
+    parser.add_argument("--max_new_tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_k", type=int, default=0, help="sample among the k most probable tokens (0 = all)")
+    parser.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
+    parser.add_argument("--num_beams", type=int, default=4)
+    parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no_cache", action="store_true", help="recompute every step (the cache's reference)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    args = parser.parse_args(argv)
+    from plm_lightning.generation import GenerationConfig
+    from plm_lightning.prediction import predict_file
+
+    config = GenerationConfig(args.strategy, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                              args.num_beams, args.length_penalty, not args.no_cache, args.seed)
+    for row in predict_file(args.checkpoint, args.prompts, config):
+        if args.json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            print(f"{row['prompt']}\t{row.get('filled', row['output'])}")

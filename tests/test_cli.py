@@ -121,6 +121,7 @@ def test_bad_input_is_one_line_exit_2(case, tmp_path):
 
 def _two_step_checkpoint(recipe: str, cwd: Path) -> Path:
     """Train ``recipe`` for two steps through the CLI and return its last.ckpt."""
+    cwd.mkdir(parents=True, exist_ok=True)
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_steps", "2",
                    "--data.seq_len", "64"], cwd=cwd)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -239,3 +240,27 @@ def test_export_and_import_commands(tmp_path):
     _one_line_error(res, "model.init_from", "nowhere", "transformers model directory")
     res = run_cli(["export", str(tmp_path / "nope.ckpt"), str(tmp_path / "x")], cwd=tmp_path)
     _one_line_error(res, "nope.ckpt")
+
+
+@pytest.mark.slow
+def test_predict_fills_t5_sentinels_and_continues_gpt2(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Return the <extra_id_0> of the list.\n\nThe <extra_id_0> module <extra_id_1> files.\n")
+    t5 = _two_step_checkpoint("t5", tmp_path / "t5")
+    res = run_cli(["predict", str(t5), str(prompts), "--max_new_tokens", "6", "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
+    assert [r["prompt"] for r in rows] == ["Return the <extra_id_0> of the list.", "The <extra_id_0> module "
+                                           "<extra_id_1> files."]
+    assert all("filled" in r and "<extra_id_0>" not in r["filled"] for r in rows)
+    beam = run_cli(["predict", str(t5), str(prompts), "--strategy", "beam", "--num_beams", "3"], cwd=tmp_path)
+    assert beam.returncode == 0 and len(beam.stdout.strip().splitlines()) == 2, beam.stderr[-2000:]
+    gpt = _two_step_checkpoint("gpt2", tmp_path / "gpt")
+    (tmp_path / "p.txt").write_text("def add(a, b):\n")
+    res = run_cli(["predict", str(gpt), str(tmp_path / "p.txt"), "--strategy", "sample", "--top_p", "0.9",
+                   "--seed", "1", "--max_new_tokens", "5", "--json"], cwd=tmp_path)
+    assert res.returncode == 0 and json.loads(res.stdout.strip())["prompt"] == "def add(a, b):", res.stderr[-2000:]
+    bert = _two_step_checkpoint("bert", tmp_path / "bert")
+    _one_line_error(run_cli(["predict", str(bert), str(prompts)], cwd=tmp_path), "holds a MaskedLM checkpoint")
+    _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
+    _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")
