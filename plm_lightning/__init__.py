@@ -16,6 +16,7 @@ from plm_lightning.data import (
     SpanCorruptionDataModule,
     TextDataModule,
     TextTokenizer,
+    UL2DataModule,
     embedded_corpus,
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
@@ -30,5 +31,5 @@ __all__ = [
     "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator",
     "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
     "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
-    "embedded_corpus", "get_preset", "mask_tokens",
+    "UL2DataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

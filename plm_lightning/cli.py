@@ -134,12 +134,13 @@ def _valid_keys(section: str) -> list[str]:
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
         SpanCorruptionDataModule,
+        UL2DataModule,
     )
     from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Seq2SeqLM
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
-                        MultilingualSpanCorruptionDataModule, CausalLMDataModule, TextDataModule]}
+                        MultilingualSpanCorruptionDataModule, UL2DataModule, CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

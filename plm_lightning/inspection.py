@@ -80,9 +80,12 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
     inputs: list[int] = []
     targets: list[int] = []
     streams: list[int] = []
+    per_denoiser: dict[int, list[int]] = {}
     for samples, batch in _batches(datamodule, batches):
         if "stream" in batch:
             streams.extend(batch["stream"].tolist())
+        if "denoiser" in batch:
+            _collect_denoisers(per_denoiser, collate, samples, batch, markers)
         original += int(sum((np.asarray(s["document_ids"]) >= 0).sum() for s in samples))
         labels = batch["labels"].numpy()
         carried = labels != IGNORE_INDEX
@@ -98,13 +101,37 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
         "input_length_mean": float(np.mean(inputs)) if inputs else None,
         "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
         **_stream_mix(datamodule, streams),
+        **({"denoisers": _denoiser_summary(per_denoiser)} if per_denoiser else {}),
     }
+
+
+def _collect_denoisers(acc: dict[int, list[int]], collate: Any, samples: list[dict[str, Any]], batch: dict[str, Any],
+                       markers: set[int]) -> None:
+    """UL2: per denoiser, [rows, original tokens, noise (target) tokens, spans, input tokens, target tokens]."""
+    labels, inputs = batch["labels"].numpy(), batch["input_ids"].numpy()
+    for row, d in enumerate(batch["denoiser"].tolist()):
+        carried = labels[row][labels[row] != IGNORE_INDEX]
+        real = inputs[row][batch["attention_mask"][row].numpy().astype(bool)]
+        noise = int((~np.isin(carried, list(markers))).sum())
+        spans = int(np.isin(real, collate.sentinels).sum()) or 1  # S: the suffix is one span
+        stats = [1, int((np.asarray(samples[row]["document_ids"]) >= 0).sum()), noise, spans, len(real), len(carried)]
+        acc[d] = [a + b for a, b in zip(acc.get(d, [0] * 6), stats)]
+
+
+def _denoiser_summary(acc: dict[int, list[int]]) -> dict[str, dict[str, float]]:
+    from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
+
+    total = sum(v[0] for v in acc.values())
+    return {UL2_DENOISERS[d].name: {"share": rows / total, "loss_fraction": noise / tokens,
+                                    "mean_span_length": noise / spans, "input_length_mean": inputs / rows,
+                                    "target_length_mean": targets / rows}
+            for d, (rows, tokens, noise, spans, inputs, targets) in sorted(acc.items())}
 
 
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
     """The statistics the design fixes for every objective (null where a field does not apply)."""
     collate = datamodule.collator()
-    if getattr(collate, "objective", "") == "span_corruption":
+    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers"):
         return seq2seq_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") != "causal_lm"
     mask_id = datamodule.tokenizer.ids.get("mask")
@@ -260,9 +287,14 @@ def _render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, An
     real = int(batch["attention_mask"][0].sum())
     labels = [t for t in batch["labels"][0].tolist() if t != IGNORE_INDEX]
     collate = datamodule.collator()
+    if "denoiser" in batch:  # UL2: this row's denoiser
+        from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
+
+        corruption = f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
+    else:
+        corruption = f"noise_density={collate.noise_density}, mean_noise_span_length={collate.mean_noise_span_length}"
     out.write(f"objective: {type(model).__name__} ({collate.objective}), encoder seq_len={datamodule.seq_len} "
-              f"(raw rows of {len(raw)} tokens), noise_density={collate.noise_density}, "
-              f"mean_noise_span_length={collate.mean_noise_span_length}\n\n")
+              f"(raw rows of {len(raw)} tokens), {corruption}\n\n")
     out.write(f"original ({len(raw)} tokens):\n  {show(raw)}\n\n")
     out.write(f"encoder input ({real} tokens):\n  {show(batch['input_ids'][0, :real].tolist())}\n\n")
     out.write(f"decoder target = loss positions ({len(labels)} tokens):\n  {show(labels)}\n\n")

@@ -23,14 +23,14 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
-                                    "mt5", "gpt2"])
+                                    "mt5", "ul2", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     # ERNIE 2.0's total grows as its tasks join stage by stage; its MLM must still improve
     losses = _train_losses(tmp_path / "runs", "train/mlm_loss" if recipe == "ernie2" else "train/loss")
     assert len(losses) >= 6
-    drop = 0.3 if recipe.startswith("t5") else 0.5  # T5's fan-in init starts slower over these 40 tiny steps
+    drop = 0.3 if recipe.startswith("t5") or recipe == "ul2" else 0.5  # T5's fan-in init starts slower over these 40 tiny steps
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - drop, losses
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
     with open(next((tmp_path / "runs").rglob("metrics.csv"))) as f:
@@ -155,7 +155,8 @@ def test_json_config_roundtrip_of_cli_defaults():
                                               ("electra", "ELECTRA"), ("modernbert", "MaskedLM"), ("deberta", "MaskedLM"),
                                               ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"),
                                               ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("t5", "Seq2SeqLM"),
-                                              ("mt5", "Seq2SeqLM"), ("gpt2", "CausalLM")])
+                                              ("mt5", "Seq2SeqLM"), ("ul2", "Seq2SeqLM"),
+                                              ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -175,6 +176,11 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert max(abs(p - 1 / 3) for p in stats["distance_label_fraction"]) < 0.15
         assert 1.5 < stats["reorder_mean_segments"] < 2.5 and stats["form_fraction"]["distance"] > 0
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05
+    elif recipe == "ul2":  # seven denoisers, each with its own rate; R(3, 0.15) fills the input exactly
+        d = stats["denoisers"]
+        assert len(d) == 7 and abs(d["R(3, 0.15)"]["loss_fraction"] - 0.15) < 0.01
+        assert d["R(3, 0.15)"]["input_length_mean"] == 128 and abs(d["X(3, 0.5)"]["loss_fraction"] - 0.5) < 0.01
+        assert abs(d["S(0.25)"]["loss_fraction"] - 0.25) < 0.01
     elif recipe in ("t5", "mt5"):  # Raffel et al. 2020: 15% noise in spans of mean length 3; 29 targets per 128
         if recipe == "mt5":  # two languages of equal size: alpha = 0.3 keeps them even
             assert stats["stream_probability"] == {"en": 0.5, "fake": 0.5}

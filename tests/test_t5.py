@@ -285,3 +285,44 @@ def test_multilingual_span_corruption_samples_languages_by_alpha(tmp_path):
         streams.extend(batch["stream"].tolist())
         assert batch["input_ids"].shape[1] == 32 and int(batch["labels"][0, 0]) in sentinels
     assert abs(np.mean(np.array(streams) == 1) - expected[1]) < 0.05
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(20, 300), st.integers(0, 6), st.integers(0, 2**32))
+def test_ul2_denoisers_recoverable_with_mode_token(length, which, seed):
+    from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise
+
+    denoiser = UL2_DENOISERS[which]
+    tokens = np.random.default_rng(seed).integers(10, 700, length)
+    inputs, targets = denoise(tokens, denoiser, np.random.default_rng(seed), sentinel_ids(1000, 100), 1, mode_id=5)
+    assert inputs[0] == 5 and inputs[-1] == 1 and targets[-1] == 1
+    if denoiser.mode == "S":  # prefix LM: the first 75% in, the last 25% out
+        assert np.concatenate([inputs[1:-1], targets[:-1]]).tolist() == tokens.tolist()
+        assert len(targets) - 1 == max(1, round(length * 0.25))
+    else:
+        noise = (~np.isin(targets[:-1], sentinel_ids(1000, 100))).sum()
+        assert noise == noise_counts(length, denoiser.rate, denoiser.mean_span)[0]
+
+
+def test_ul2_mixture_weights_and_mode_token_errors(tmp_path):
+    from plm_lightning.data import UL2Collator, UL2DataModule
+    from plm_lightning.data.corruption.ul2 import mixture_weights
+
+    with pytest.raises(ConfigError, match="data.denoiser_weights"):
+        mixture_weights([1.0, 1.0])
+    with pytest.raises(ConfigError, match="data.denoiser_weights"):
+        mixture_weights([0.0] * 7)
+    weights = mixture_weights([1, 1, 2, 0, 0, 0, 4])
+    collate = UL2Collator(sentinel_ids(1000, 100), 1, 0, {"R": 3, "S": 4, "X": 5}, weights, seed=2)
+    samples = [{"index": i, "epoch": 0, "input_ids": np.arange(10, 150), "document_ids": np.zeros(140)}
+               for i in range(800)]
+    batch = collate(samples)
+    shares = np.bincount(batch["denoiser"].numpy(), minlength=7) / 800
+    assert np.abs(shares - weights).max() < 0.05 and shares[3:6].sum() == 0
+    modes = batch["input_ids"][:, 0].numpy()
+    assert set(modes[batch["denoiser"].numpy() == 2].tolist()) == {4} and set(modes[batch["denoiser"].numpy() == 6]) == {5}
+    (tmp_path / "c.txt").write_text("\n\n".join("some words and more words here." for _ in range(50)))
+    dm = UL2DataModule(source=str(tmp_path / "c.txt"), tokenizer="wordpiece", tokenizer_vocab_size=200,
+                       cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="mode_r/mode_s/mode_x"):
+        dm.prepare_data()

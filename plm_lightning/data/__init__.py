@@ -10,6 +10,8 @@ from plm_lightning.data.seq2seq import (
     MultilingualSpanCorruptionDataModule,
     SpanCorruptionCollator,
     SpanCorruptionDataModule,
+    UL2Collator,
+    UL2DataModule,
 )
 from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
@@ -18,6 +20,6 @@ __all__ = [
     "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator", "ERNIE2DataModule", "MaskedLMCollator",
     "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator",
     "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "embedded_corpus", "fake_language", "load_documents", "load_parallel",
-    "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
+    "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "embedded_corpus", "fake_language",
+    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

@@ -15,6 +15,7 @@ import torch
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.t5_span import random_spans_noise_mask, raw_length_for, span_corrupt
+from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise, mixture_weights
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.multilingual import MultiCorpusMixin
 from plm_lightning.data.packing import PackingMode
@@ -61,6 +62,31 @@ class SpanCorruptionCollator:
                "decoder_attention_mask": torch.from_numpy(targets != IGNORE_INDEX)}
         if "stream" in samples[0]:  # multilingual data: each row's language, for per-language losses and inspect
             out["stream"] = torch.tensor([s["stream"] for s in samples])
+        return out
+
+
+class UL2Collator(SpanCorruptionCollator):
+    """UL2's Mixture-of-Denoisers: each row draws one of :data:`UL2_DENOISERS` (seeded by (seed, epoch, row)) and is
+    corrupted by it, its mode token first; the batch carries ``denoiser`` (an index into the mixture)."""
+
+    objective = "mixture_of_denoisers"
+
+    def __init__(self, sentinels: np.ndarray, eos_id: int, pad_id: int, mode_ids: dict[str, int],
+                 weights: np.ndarray, seed: int = 0) -> None:
+        super().__init__(sentinels, eos_id, pad_id, seed=seed)
+        self.mode_ids, self.weights = mode_ids, weights
+
+    def choose(self, key: int) -> int:
+        return int(np.random.default_rng([int(key), 7]).choice(len(self.weights), p=self.weights))
+
+    def corrupt(self, tokens: np.ndarray, key: int) -> tuple[np.ndarray, np.ndarray]:
+        denoiser = UL2_DENOISERS[self.choose(key)]
+        return denoise(tokens, denoiser, np.random.default_rng(int(key)), self.sentinels, self.eos_id,
+                       self.mode_ids[denoiser.mode])
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        out = super().__call__(samples)
+        out["denoiser"] = torch.tensor([self.choose(k) for k in sample_keys(self.seed, samples)])
         return out
 
 
@@ -113,3 +139,30 @@ class MultilingualSpanCorruptionDataModule(MultiCorpusMixin, SpanCorruptionDataM
         """
         super().__init__(*args, **kwargs)
         self._init_corpora(corpora, language_alpha)
+
+
+class UL2DataModule(SpanCorruptionDataModule):
+    """UL2 (Tay et al. 2023): the seven denoisers of the paper mixed by ``denoiser_weights``, on raw rows as long
+    as makes an R(3, 0.15) input (mode token included) exactly ``seq_len``; longer-span or higher-rate denoisers give
+    shorter inputs and longer targets, padded per batch."""
+
+    required_special_tokens = ("pad", "eos", "mode_r", "mode_s", "mode_x")  # [R] [S] [X]: data.tokenizer=unigram
+
+    def __init__(self, *args: Any, denoiser_weights: list[float] | None = None, **kwargs: Any) -> None:
+        """
+        Args:
+            denoiser_weights: One weight per denoiser, in the order R(3, 0.15), R(8, 0.15), S(0.25), X(3, 0.5),
+                X(8, 0.5), X(64, 0.15), X(64, 0.5); default uniform.
+        """
+        super().__init__(*args, **kwargs)
+        self.denoiser_weights = mixture_weights(denoiser_weights)
+        self.raw_length, self.target_length = raw_length_for(self.seq_len - 1, 0.15, 3.0)
+
+    def collator(self) -> UL2Collator:
+        tok = self.tokenizer
+        sentinels = tok.sentinel_ids()
+        if len(sentinels) == 0:
+            raise ConfigError(f"data.tokenizer '{tok.name}' has no sentinel tokens (<extra_id_0>, ...); UL2's R and X "
+                              "denoisers need them: use data.tokenizer=unigram")
+        modes = {"R": tok.ids["mode_r"], "S": tok.ids["mode_s"], "X": tok.ids["mode_x"]}
+        return UL2Collator(sentinels, tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed)

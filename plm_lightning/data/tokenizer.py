@@ -3,7 +3,8 @@
 Kinds: ``wordpiece`` (BERT: lower-cased WordPiece, [PAD] [UNK] [CLS] [SEP] [MASK]), ``bpe`` (RoBERTa: byte-level BPE
 with <s> <pad> </s> <unk> <mask>), ``gpt2`` (byte-level BPE with <|endoftext|> only), ``unigram`` (T5: a
 SentencePiece-style Unigram LM (Kudo 2018) over NFKC text, whitespace runs collapsed, with the metaspace; <pad> </s>
-<unk> first and 100 sentinels <extra_id_99> .. <extra_id_0> last, so <extra_id_0> is the highest id). Special
+<unk> and UL2's mode tokens [R] [S] [X] first, 100 sentinels <extra_id_99> .. <extra_id_0> last, so <extra_id_0> is
+the highest id). Special
 tokens are addressed by role (pad, unk, cls, sep, mask, bos, eos) so objectives never hard-code strings.
 """
 
@@ -24,13 +25,13 @@ KINDS: dict[str, dict[str, str]] = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>", "bos": "<s>", "eos": "</s>"},
     "gpt2": {"eos": "<|endoftext|>", "bos": "<|endoftext|>", "unk": "<|endoftext|>", "pad": "<|endoftext|>"},
-    "unigram": {"pad": "<pad>", "eos": "</s>", "unk": "<unk>"},
+    "unigram": {"pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mode_r": "[R]", "mode_s": "[S]", "mode_x": "[X]"},
 }
-TRAINING_VERSION = {"wordpiece": 1, "bpe": 1, "gpt2": 1, "unigram": 2}
+TRAINING_VERSION = {"wordpiece": 1, "bpe": 1, "gpt2": 1, "unigram": 3}
 """Bumped when a kind's training changes, so cached tokenizers of the old recipe are not reused."""
 SENTINELS = 100
 """Sentinel tokens ``<extra_id_0>`` .. ``<extra_id_99>`` appended to a trained unigram vocabulary (T5)."""
-ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "mode_r", "mode_s", "mode_x")
 _HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "unigram": "T5Tokenizer"}
 
 
@@ -113,7 +114,8 @@ class TextTokenizer:
         if self.kind == "wordpiece":
             config["do_lower_case"] = True
         (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-        (out / "special_tokens_map.json").write_text(json.dumps(hf_roles, indent=2))
+        standard = {k: v for k, v in hf_roles.items() if not k.startswith("mode_")}  # UL2's stay in our config
+        (out / "special_tokens_map.json").write_text(json.dumps(standard, indent=2))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> TextTokenizer:
