@@ -11,6 +11,7 @@ from plm_lightning.data import (
     ERNIE2DataModule,
     MaskedLMCollator,
     MaskedLMDataModule,
+    MASSDataModule,
     MultilingualDataModule,
     MultilingualSpanCorruptionDataModule,
     SpanCorruptionDataModule,
@@ -28,8 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule", "ConfigError",
-    "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MaskedLM", "MaskedLMCollator",
-    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
-    "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
-    "UL2DataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MASSDataModule", "MaskedLM",
+    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
+    "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule",
+    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

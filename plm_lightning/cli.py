@@ -131,6 +131,7 @@ def _valid_keys(section: str) -> list[str]:
         CausalLMDataModule,
         ERNIE2DataModule,
         MaskedLMDataModule,
+        MASSDataModule,
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
         SpanCorruptionDataModule,
@@ -140,7 +141,8 @@ def _valid_keys(section: str) -> list[str]:
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
-                        MultilingualSpanCorruptionDataModule, UL2DataModule, CausalLMDataModule, TextDataModule]}
+                        MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule,
+                        CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

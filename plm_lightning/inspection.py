@@ -91,7 +91,7 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
         carried = labels != IGNORE_INDEX
         loss_tokens += int(carried.sum())
         noise += int((carried & ~np.isin(labels, list(markers))).sum())
-        spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum())
+        spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum()) or len(samples)  # MASS: 1 a row
         inputs.extend(batch["attention_mask"].numpy().sum(1).tolist())
         targets.extend(carried.sum(1).tolist())
     return {
@@ -131,7 +131,7 @@ def _denoiser_summary(acc: dict[int, list[int]]) -> dict[str, dict[str, float]]:
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
     """The statistics the design fixes for every objective (null where a field does not apply)."""
     collate = datamodule.collator()
-    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers"):
+    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers", "masked_seq2seq"):
         return seq2seq_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") != "causal_lm"
     mask_id = datamodule.tokenizer.ids.get("mask")
@@ -291,6 +291,8 @@ def _render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, An
         from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
 
         corruption = f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
+    elif hasattr(collate, "fragment_ratio"):  # MASS
+        corruption = f"fragment_ratio={collate.fragment_ratio} (fragment starts at {int(batch['fragment_start'][0])})"
     else:
         corruption = f"noise_density={collate.noise_density}, mean_noise_span_length={collate.mean_noise_span_length}"
     out.write(f"objective: {type(model).__name__} ({collate.objective}), encoder seq_len={datamodule.seq_len} "

@@ -3,6 +3,7 @@
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
 from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
+from plm_lightning.data.mass import MASSCollator, MASSDataModule
 from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
 from plm_lightning.data.packing import PackedBlocks
 from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
@@ -17,9 +18,10 @@ from plm_lightning.data.sources import embedded_corpus, fake_language, load_docu
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 
 __all__ = [
-    "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator", "ERNIE2DataModule", "MaskedLMCollator",
-    "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator",
-    "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "embedded_corpus", "fake_language",
-    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
+    "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator", "ERNIE2DataModule", "MASSCollator",
+    "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
+    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "embedded_corpus",
+    "fake_language", "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences",
+    "train_tokenizer",
 ]
