@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -25,3 +26,14 @@ def interleaved_timing(fns: dict[str, Callable[[], None]], warmup: int = 2, repe
     first = samples[next(iter(fns))]
     return {k: {"median": statistics.median(v), "min": min(v),
                 "ratio_to_first": statistics.median(b / a for a, b in zip(first, v))} for k, v in samples.items()}
+
+
+def step_parser(choices: list[str]) -> argparse.ArgumentParser:
+    """The options every training-step benchmark takes; ``--only`` picks among ``choices`` (default all)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--only", nargs="*", choices=choices, default=choices)
+    return parser

@@ -22,13 +22,12 @@ the same run; ``speedup_ours_over_hf`` is the median over rounds of (their time 
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import interleaved_timing
+from benchmarks.common import interleaved_timing, step_parser
 from benchmarks.train_throughput import _step_fn
 from plm_lightning.objectives import ELECTRA, ERNIE2, MaskedLM
 
@@ -74,14 +73,22 @@ def _row(name: str, t: dict, tokens: int, counterpart: str, ratio: float | None 
             f"ratio_{second}_time_over_{first}": round(ratio, 3)}
 
 
-def _versus_hf_mlm(ours: torch.nn.Module, hf: torch.nn.Module, d: dict, repeats: int, **extra: object) -> dict:
-    """Interleaved steps of our module and a transformers MLM on the same batch (``extra``: more of ours)."""
+def _versus_hf(ours: torch.nn.Module, hf: torch.nn.Module, d: dict, repeats: int, hf_inputs: dict[str, str],
+               **extra: object) -> dict:
+    """Interleaved steps of our module and a transformers model on the same batch: ``hf_inputs`` maps each of its
+    keyword arguments to a batch key (``extra``: more of ours)."""
     return interleaved_timing({
         "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      labels=d["labels"]).loss),
+        "hf": _step_fn(hf, lambda: hf(**{arg: d[key] for arg, key in hf_inputs.items()}).loss),
         **extra,
     }, repeats=repeats)
+
+
+MLM_INPUTS = {"input_ids": "input_ids", "attention_mask": "attention_mask", "labels": "labels"}
+
+
+def _versus_hf_mlm(ours: torch.nn.Module, hf: torch.nn.Module, d: dict, repeats: int, **extra: object) -> dict:
+    return _versus_hf(ours, hf, d, repeats, MLM_INPUTS, **extra)
 
 
 def albert(batch: int, seq: int, repeats: int) -> dict:
@@ -93,12 +100,8 @@ def albert(batch: int, seq: int, repeats: int) -> dict:
                        intermediate_size=3072, hidden_act="gelu_new", hidden_dropout_prob=0.0,
                        attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
     hf = AlbertForPreTraining(cfg).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      token_type_ids=d["token_type_ids"], labels=d["labels"],
-                                      sentence_order_label=d["sentence_label"]).loss),
-    }, repeats=repeats)
+    t = _versus_hf(ours, hf, d, repeats, {**MLM_INPUTS, "token_type_ids": "token_type_ids",
+                                          "sentence_order_label": "sentence_label"})
     return _row("ALBERT-base MLM+SOP", t, batch * seq, "AlbertForPreTraining")
 
 
@@ -200,12 +203,7 @@ def xlm(batch: int, seq: int, repeats: int) -> dict:
                     max_position_embeddings=512, dropout=0.1, attention_dropout=0.1, causal=False, asm=False,
                     layer_norm_eps=1e-12)
     hf = XLMWithLMHeadModel(cfg).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      langs=d["token_type_ids"], position_ids=d["position_ids"],
-                                      labels=d["labels"]).loss),
-    }, repeats=repeats)
+    t = _versus_hf(ours, hf, d, repeats, {**MLM_INPUTS, "langs": "token_type_ids", "position_ids": "position_ids"})
     return _row("XLM-base TLM (language embeddings, restarted positions)", t, batch * seq, "XLMWithLMHeadModel")
 
 
@@ -217,12 +215,8 @@ def mbert(batch: int, seq: int, repeats: int) -> dict:
     d = _mlm_batch(batch, seq, vocab)
     ours = MaskedLM(backbone="bert-base", vocab_size=vocab, sentence_prediction="nsp").train()
     hf = BertForPreTraining(BertConfig(vocab_size=vocab)).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      token_type_ids=d["token_type_ids"], labels=d["labels"],
-                                      next_sentence_label=d["sentence_label"]).loss),
-    }, repeats=repeats)
+    t = _versus_hf(ours, hf, d, repeats, {**MLM_INPUTS, "token_type_ids": "token_type_ids",
+                                          "next_sentence_label": "sentence_label"})
     return _row("mBERT-base MLM+NSP (119,547 vocabulary)", t, batch * seq, "BertForPreTraining")
 
 
@@ -246,13 +240,9 @@ def ernie2(batch: int, seq: int, repeats: int) -> dict:
     d["task_type_ids"] = torch.where(pair, 2, 1)
     ours = ERNIE2(backbone="bert-base", vocab_size=vocab).train()
     hf = ErnieForPreTraining(ErnieConfig(vocab_size=vocab, use_task_id=True, task_type_vocab_size=3)).train()
-    task_ids = d["task_type_ids"][:, None].expand(batch, seq).contiguous()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      token_type_ids=d["token_type_ids"], task_type_ids=task_ids, labels=d["labels"],
-                                      next_sentence_label=d["sentence_label"]).loss),
-    }, repeats=repeats)
+    d["hf_task_type_ids"] = d["task_type_ids"][:, None].expand(batch, seq).contiguous()
+    t = _versus_hf(ours, hf, d, repeats, {**MLM_INPUTS, "token_type_ids": "token_type_ids",
+                                          "task_type_ids": "hf_task_type_ids", "next_sentence_label": "sentence_label"})
     return _row("ERNIE 2.0-base, five tasks", t, batch * seq, "ErnieForPreTraining (MLM + NSP only)")
 
 
@@ -263,13 +253,7 @@ RECIPES = {"albert": lambda b, s, r: [albert(b, s, r)], "spanbert": lambda b, s,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--only", nargs="*", choices=list(RECIPES), default=list(RECIPES))
-    args = parser.parse_args()
+    args = step_parser(list(RECIPES)).parse_args()
     torch.set_num_threads(args.threads)
     rows = [row for name in args.only for row in RECIPES[name](args.batch, args.seq, args.repeats)]
     for row in rows:

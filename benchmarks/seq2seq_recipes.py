@@ -11,14 +11,13 @@ corruption collator's cost as a share of one training step.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import numpy as np
 import torch
 
-from benchmarks.common import interleaved_timing
+from benchmarks.common import interleaved_timing, step_parser
 from benchmarks.train_throughput import _step_fn
 from plm_lightning.data import SpanCorruptionCollator
 from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
@@ -88,14 +87,7 @@ def collator_share(batch: int, seq: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--only", nargs="*", choices=["t5", "t5-v1_1", "collator"],
-                        default=["t5", "t5-v1_1", "collator"])
-    args = parser.parse_args()
+    args = step_parser(["t5", "t5-v1_1", "collator"]).parse_args()
     torch.set_num_threads(args.threads)
     runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False),
             "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True),

@@ -100,7 +100,8 @@ def test_unigram_tokenizer_has_t5_sentinels():
     from plm_lightning.data import embedded_corpus
 
     tok = train_tokenizer("unigram", embedded_corpus()[:200], 1000)
-    assert tok.vocab_size == 1000 and tok.ids == {"pad": 0, "eos": 1, "unk": 2}
+    assert tok.vocab_size == 1000
+    assert tok.ids == {"pad": 0, "eos": 1, "unk": 2, "mode_r": 3, "mode_s": 4, "mode_x": 5}  # UL2's [R] [S] [X]
     sentinels = tok.sentinel_ids()
     assert len(sentinels) == 100 and sentinels[0] == 999 and (np.diff(sentinels) == -1).all()
     assert tok.decode(tok.encode_batch(["some  more\n words"])[0]) == "some more words"  # whitespace collapsed

@@ -96,6 +96,17 @@ class StreamDataset(Dataset):
         return sample
 
 
+def stage_boundaries(stages: tuple[str, ...], epochs: list[float] | None, key: str, what: str) -> tuple[float, ...]:
+    """The training progress (in epochs) at which each of ``stages`` after the first begins: ``epochs`` checked, or
+    by default equal steps over the first epoch (ERNIE's knowledge stages, ERNIE 2.0's tasks)."""
+    n = len(stages)
+    bounds = tuple(epochs if epochs is not None else [i / n for i in range(1, n)])
+    if len(bounds) != n - 1 or any(b <= a for a, b in zip(bounds, bounds[1:])) or any(e < 0 for e in bounds):
+        raise ConfigError(f"data.{key}={list(bounds)} needs {n - 1} increasing non-negative values, one per {what} "
+                          f"after the first of {list(stages)}")
+    return bounds
+
+
 class TextDataModule(L.LightningDataModule):
     """Shared data path of every objective; subclasses choose the packing mode and the collator."""
 
@@ -323,12 +334,7 @@ class MaskedLMDataModule(TextDataModule):
         unknown = [s for s in self.knowledge_stages if s not in ("basic", "phrase", "entity")]
         if unknown:
             raise ConfigError(f"data.knowledge_stages: {unknown} are not stages; use basic, phrase, entity")
-        n = len(self.knowledge_stages)
-        self.stage_epochs = tuple(stage_epochs if stage_epochs is not None else [i / n for i in range(1, n)])
-        if len(self.stage_epochs) != n - 1 or any(b <= a for a, b in zip(self.stage_epochs, self.stage_epochs[1:])) \
-                or any(e < 0 for e in self.stage_epochs):
-            raise ConfigError(f"data.stage_epochs={list(self.stage_epochs)} needs {n - 1} increasing non-negative "
-                              f"values, one per stage after the first of {list(self.knowledge_stages)}")
+        self.stage_epochs = stage_boundaries(self.knowledge_stages, stage_epochs, "stage_epochs", "stage")
         if not -1.0 <= phrase_threshold <= 1.0 or phrase_min_count < 1:
             raise ConfigError(f"data.phrase_threshold={phrase_threshold} must lie in [-1, 1] and "
                               f"data.phrase_min_count={phrase_min_count} must be >= 1")
@@ -339,11 +345,15 @@ class MaskedLMDataModule(TextDataModule):
     def knowledge_spec(self) -> KnowledgeSpec | None:
         return self.knowledge
 
-    def collator(self) -> MaskedLMCollator:
+    def collator_args(self) -> tuple:
+        """The positional arguments of :class:`MaskedLMCollator` (and its subclasses) for this data."""
         tok = self.tokenizer
-        return MaskedLMCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
-                                self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
-                                self.spans, self.max_ngram, self.knowledge_stages, self.stage_epochs)
+        return (tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed, self.static_masking,
+                self.dupe_factor, self.document_mask, self.masking_scheme, self.spans, self.max_ngram,
+                self.knowledge_stages, self.stage_epochs)
+
+    def collator(self) -> MaskedLMCollator:
+        return MaskedLMCollator(*self.collator_args())
 
 
 class CausalLMDataModule(TextDataModule):

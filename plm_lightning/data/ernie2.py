@@ -22,7 +22,7 @@ import torch
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.sentence_reorder import reorder_segments
-from plm_lightning.data.datamodule import MaskedLMDataModule
+from plm_lightning.data.datamodule import MaskedLMDataModule, stage_boundaries
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks, build_or_load
 from plm_lightning.data.sampling import ResumableDataLoader
 from plm_lightning.errors import ConfigError
@@ -126,12 +126,7 @@ class ERNIE2DataModule(MaskedLMDataModule):
         if unknown or len(set(self.tasks)) != len(self.tasks) or self.tasks[0] != "knowledge_masking":
             raise ConfigError(f"data.tasks={list(self.tasks)}: give distinct tasks of {', '.join(TASKS)}, "
                               "knowledge_masking first (the MLM every stage keeps training)")
-        n = len(self.tasks)
-        self.task_epochs = tuple(task_epochs if task_epochs is not None else [i / n for i in range(1, n)])
-        if len(self.task_epochs) != n - 1 or any(b <= a for a, b in zip(self.task_epochs, self.task_epochs[1:])) \
-                or any(e < 0 for e in self.task_epochs):
-            raise ConfigError(f"data.task_epochs={list(self.task_epochs)} needs {n - 1} increasing non-negative "
-                              f"values, one per task after the first of {list(self.tasks)}")
+        self.task_epochs = stage_boundaries(self.tasks, task_epochs, "task_epochs", "task")
         if max_reorder_segments < 1:
             raise ConfigError(f"data.max_reorder_segments={max_reorder_segments} must be >= 1")
         if self.packing in ("sentence_pairs", "sentence_order", "sentence_distance", "contiguous"):
@@ -175,8 +170,5 @@ class ERNIE2DataModule(MaskedLMDataModule):
                                    stage_epochs=self.task_epochs)
 
     def collator(self) -> ERNIE2Collator:
-        tok = self.tokenizer
-        return ERNIE2Collator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed,
-                              self.static_masking, self.dupe_factor, self.document_mask, self.masking_scheme,
-                              self.spans, self.max_ngram, self.knowledge_stages, self.stage_epochs, tasks=self.tasks,
-                              task_epochs=self.task_epochs, max_reorder_segments=self.max_reorder_segments)
+        return ERNIE2Collator(*self.collator_args(), tasks=self.tasks, task_epochs=self.task_epochs,
+                              max_reorder_segments=self.max_reorder_segments)

@@ -224,9 +224,5 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
         return np.concatenate([(1 - self.tlm_fraction) * weights, self.tlm_fraction * tlm])
 
     def collator(self) -> MultilingualMLMCollator:
-        tok = self.tokenizer
-        return MultilingualMLMCollator(
-            tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed, self.static_masking,
-            self.dupe_factor, self.document_mask, self.masking_scheme, self.spans, self.max_ngram,
-            self.knowledge_stages, self.stage_epochs, language_embeddings=self.language_embeddings,
-            restart_positions=bool(self.parallel_corpora) and self.tlm_fraction > 0)
+        return MultilingualMLMCollator(*self.collator_args(), language_embeddings=self.language_embeddings,
+                                       restart_positions=bool(self.parallel_corpora) and self.tlm_fraction > 0)

@@ -115,13 +115,18 @@ class SpanCorruptionDataModule(TextDataModule):
     def packed_length(self) -> int:
         return self.raw_length
 
-    def collator(self) -> SpanCorruptionCollator:
+    def sentinels(self) -> np.ndarray:
+        """The tokenizer's ``<extra_id_N>`` ids, or a one-line error when it has none."""
         tok = self.tokenizer
         sentinels = tok.sentinel_ids()
         if len(sentinels) == 0:
             raise ConfigError(f"data.tokenizer '{tok.name}' has no sentinel tokens (<extra_id_0>, <extra_id_1>, ...); "
                               "span corruption needs them: use data.tokenizer=unigram or a T5 tokenizer")
-        return SpanCorruptionCollator(sentinels, tok.ids["eos"], tok.ids["pad"], self.noise_density,
+        return sentinels
+
+    def collator(self) -> SpanCorruptionCollator:
+        tok = self.tokenizer
+        return SpanCorruptionCollator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], self.noise_density,
                                       self.mean_noise_span_length, self.seed)
 
 
@@ -160,9 +165,5 @@ class UL2DataModule(SpanCorruptionDataModule):
 
     def collator(self) -> UL2Collator:
         tok = self.tokenizer
-        sentinels = tok.sentinel_ids()
-        if len(sentinels) == 0:
-            raise ConfigError(f"data.tokenizer '{tok.name}' has no sentinel tokens (<extra_id_0>, ...); UL2's R and X "
-                              "denoisers need them: use data.tokenizer=unigram")
         modes = {"R": tok.ids["mode_r"], "S": tok.ids["mode_s"], "X": tok.ids["mode_x"]}
-        return UL2Collator(sentinels, tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed)
+        return UL2Collator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed)
