@@ -11,11 +11,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from plm_lightning.data.block_cache import build_or_load
 from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
-from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode, build_or_load
+from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode
 from plm_lightning.data.sampling import BlockSampler, InterleavedSampler, MixtureSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer

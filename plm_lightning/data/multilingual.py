@@ -19,17 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.data.block_cache import build_or_load, cached_splits, tokenizer_hash
 from plm_lightning.data.collators import MaskedLMCollator
 from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
-    build_or_load,
-    cached_splits,
     flagged_sentences,
     pack_translation_pairs,
     split_documents,
-    tokenizer_hash,
 )
 from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
 from plm_lightning.data.sources import load_documents, load_parallel, parallel_fingerprint, source_fingerprint
