@@ -51,8 +51,8 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         ordered, order = torch.sort(logits, descending=True, dim=-1)
-        cumulative = ordered.softmax(-1).cumsum(-1)
-        drop = cumulative - ordered.softmax(-1) >= top_p  # keep the token that crosses p
+        probs = ordered.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p  # keep the token that crosses p
         logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
     return logits
 
