@@ -6,6 +6,7 @@ An objective = a corruption of the input (``plm_lightning.data.corruption``) + a
 
 from plm_lightning.callbacks import AtomicCheckpointIO, ThroughputMFU
 from plm_lightning.data import (
+    BARTDataModule,
     CausalLMCollator,
     CausalLMDataModule,
     ERNIE2DataModule,
@@ -28,9 +29,9 @@ from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Pretra
 __version__ = "0.1.0"
 
 __all__ = [
-    "AtomicCheckpointIO", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule", "ConfigError",
-    "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MASSDataModule", "MaskedLM",
-    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
+    "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
+    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MASSDataModule",
+    "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
     "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule",
     "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -128,6 +128,7 @@ def _valid_keys(section: str) -> list[str]:
     import inspect as pyinspect
 
     from plm_lightning.data import (
+        BARTDataModule,
         CausalLMDataModule,
         ERNIE2DataModule,
         MaskedLMDataModule,
@@ -141,7 +142,7 @@ def _valid_keys(section: str) -> list[str]:
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
-                        MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule,
+                        MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L

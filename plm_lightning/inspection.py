@@ -72,11 +72,12 @@ _NULL_MASKING = {"mask_token_fraction": None, "random_token_fraction": None, "un
 
 
 def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
-    """Encoder-decoder denoising (T5): ``loss_fraction`` is the noise tokens' share of the original tokens (the
-    papers' corruption rate), ``loss_tokens`` every target position (sentinels and EOS too)."""
+    """Encoder-decoder denoising: ``noise_fraction`` is the noised tokens' share of the original tokens (the papers'
+    corruption rate), ``loss_fraction`` the original tokens the decoder predicts (T5, MASS: the noise; BART: the
+    whole row), ``loss_tokens`` every target position (sentinels and EOS too)."""
     collate = datamodule.collator()
     markers = set(collate.sentinels.tolist()) | {collate.eos_id}
-    original = noise = spans = loss_tokens = 0
+    original = noise = predicted = spans = inserted = loss_tokens = 0
     inputs: list[int] = []
     targets: list[int] = []
     streams: list[int] = []
@@ -90,14 +91,21 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
         labels = batch["labels"].numpy()
         carried = labels != IGNORE_INDEX
         loss_tokens += int(carried.sum())
-        noise += int((carried & ~np.isin(labels, list(markers))).sum())
-        spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum()) or len(samples)  # MASS: 1 a row
+        predicted += int((carried & ~np.isin(labels, list(markers))).sum())
+        if "noise_tokens" in batch:  # BART: the collator counts what its noise did
+            noise += int(batch["noise_tokens"].sum())
+            spans += int(batch["noise_spans"].sum())
+            inserted += int(batch["inserted_tokens"].sum())
+        else:
+            noise += int((carried & ~np.isin(labels, list(markers))).sum())
+            spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum()) or len(samples)  # MASS: 1
         inputs.extend(batch["attention_mask"].numpy().sum(1).tolist())
         targets.extend(carried.sum(1).tolist())
     return {
         "objective": type(model).__name__, "corruption": collate.objective, "batches": batches,
-        "tokens": original, "loss_tokens": loss_tokens, "loss_fraction": noise / original if original else None,
-        "noise_tokens": noise, "spans": spans, "mean_span_length": noise / spans if spans else None,
+        "tokens": original, "loss_tokens": loss_tokens, "loss_fraction": predicted / original if original else None,
+        "noise_tokens": noise, "noise_fraction": noise / original if original else None, "spans": spans,
+        "mean_span_length": noise / spans if spans else None, **({"inserted_tokens": inserted} if inserted else {}),
         "input_length_mean": float(np.mean(inputs)) if inputs else None,
         "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
         **_stream_mix(datamodule, streams),
@@ -131,7 +139,7 @@ def _denoiser_summary(acc: dict[int, list[int]]) -> dict[str, dict[str, float]]:
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
     """The statistics the design fixes for every objective (null where a field does not apply)."""
     collate = datamodule.collator()
-    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers", "masked_seq2seq"):
+    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers", "masked_seq2seq", "denoising"):
         return seq2seq_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") != "causal_lm"
     mask_id = datamodule.tokenizer.ids.get("mask")

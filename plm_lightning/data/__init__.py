@@ -1,5 +1,6 @@
 """The Lightning data layer: sources, tokenizers, packing, corruption and collators."""
 
+from plm_lightning.data.bart import BARTCollator, BARTDataModule
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
 from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
@@ -18,10 +19,10 @@ from plm_lightning.data.sources import embedded_corpus, fake_language, load_docu
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 
 __all__ = [
-    "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator", "ERNIE2DataModule", "MASSCollator",
-    "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
-    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "embedded_corpus",
-    "fake_language", "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences",
-    "train_tokenizer",
+    "BARTCollator", "BARTDataModule", "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator",
+    "ERNIE2DataModule", "MASSCollator", "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler",
+    "MultilingualDataModule", "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks",
+    "SpanCorruptionCollator", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator",
+    "UL2DataModule", "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys",
+    "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

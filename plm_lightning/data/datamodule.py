@@ -56,6 +56,8 @@ class BlockDataset(Dataset):
             "sentence_label": None if b.sentence_label is None else int(b.sentence_label[index]),
             "word_starts": None if b.word_starts is None else np.asarray(b.word_starts[index]),
         }
+        if b.sentence_starts is not None:
+            sample["sentence_starts"] = np.asarray(b.sentence_starts[index])
         for name in KNOWLEDGE_FIELDS:
             value = getattr(b, name)
             if value is not None:

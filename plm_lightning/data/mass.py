@@ -52,6 +52,7 @@ class MASSDataModule(TextDataModule):
     predicted by the decoder."""
 
     required_special_tokens = ("pad", "eos", "mask")
+    decoder_start_token = "pad"
 
     def __init__(self, *args: Any, tokenizer: str = "bpe", packing: PackingMode = "contiguous",
                  fragment_ratio: float = 0.5, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,

@@ -33,11 +33,11 @@ PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence
                       "sentence_distance"]
 PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
                  "sentence_distance")
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
-WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY, CAPITALISED, LEXICAL, ELSEWHERE = (
-    1 << (ID_BITS + i) for i in range(8))
+WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY, CAPITALISED, LEXICAL, ELSEWHERE, SENTENCE_START = (
+    1 << (ID_BITS + i) for i in range(9))
 KNOWLEDGE_FIELDS = ("phrase_starts", "entity_starts", "in_phrase", "in_entity", "capitalised", "lexical", "elsewhere")
 
 
@@ -54,6 +54,8 @@ class PackedBlocks:
     distance 0 = adjacent, 1 = same document, 2 = another document."""
     word_starts: np.ndarray | None = None
     """True where a token begins a word (special tokens and padding count as word starts)."""
+    sentence_starts: np.ndarray | None = None
+    """True where a token begins a sentence (BART's sentence permutation)."""
     phrase_starts: np.ndarray | None = None
     """ERNIE: True where a token begins a phrase unit (a phrase, or a word outside phrases)."""
     entity_starts: np.ndarray | None = None
@@ -90,7 +92,8 @@ class PackedBlocks:
         return cls(**{name: get(name) for name in BLOCK_FIELDS})
 
 
-BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts", *KNOWLEDGE_FIELDS,
+BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts", "sentence_starts",
+                *KNOWLEDGE_FIELDS,
                 "position_ids", "language_ids")
 
 
@@ -110,7 +113,8 @@ def _split_flags(tokens: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]
     flags = {"word_starts": (tokens & WORD_CONT) == 0, "phrase_starts": (tokens & PHRASE_CONT) == 0,
              "entity_starts": (tokens & ENTITY_CONT) == 0, "in_phrase": (tokens & IN_PHRASE) != 0,
              "in_entity": (tokens & IN_ENTITY) != 0, "capitalised": (tokens & CAPITALISED) != 0,
-             "lexical": (tokens & LEXICAL) != 0, "elsewhere": (tokens & ELSEWHERE) != 0}
+             "lexical": (tokens & LEXICAL) != 0, "elsewhere": (tokens & ELSEWHERE) != 0,
+             "sentence_starts": (tokens & SENTENCE_START) != 0}
     return ids, flags
 
 
@@ -121,7 +125,7 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
     out = []
     for i, (t, w) in enumerate(zip(ids, word_index)):
         continues_word = w >= 0 and i > 0 and word_index[i - 1] == w
-        value = t | (WORD_CONT if continues_word else 0)
+        value = t | (WORD_CONT if continues_word else 0) | (SENTENCE_START if i == 0 else 0)
         if unit_flags and w >= 0:
             phrase_units, in_phrase, entity_units, in_entity = unit_flags
             value |= PHRASE_CONT if continues_word or (w > 0 and phrase_units[w] == phrase_units[w - 1]) else 0

@@ -94,6 +94,8 @@ class SpanCorruptionDataModule(TextDataModule):
     """T5's pretraining data: contiguous raw rows, span corruption with sentinels, targets for the decoder."""
 
     required_special_tokens = ("pad", "eos")
+    decoder_start_token = "pad"
+    """The role of the token the decoder starts from (T5: pad); the model checks it matches its own."""
 
     def __init__(self, *args: Any, tokenizer: str = "unigram", packing: PackingMode = "contiguous",
                  noise_density: float = 0.15, mean_noise_span_length: float = 3.0, **kwargs: Any) -> None:

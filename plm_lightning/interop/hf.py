@@ -2,7 +2,8 @@
 state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
 ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
 `ElectraForMaskedLM` generator), DeBERTa-v2/v3 (`DebertaV2ForMaskedLM`), ModernBERT
-(`ModernBertForMaskedLM`), GPT-2 (`GPT2LMHeadModel`) and T5 / mT5 (`T5ForConditionalGeneration`, ``interop.t5``).
+(`ModernBertForMaskedLM`), GPT-2 (`GPT2LMHeadModel`), T5 / mT5 (`T5ForConditionalGeneration`, ``interop.t5``) and
+BART (`BartForConditionalGeneration`, ``interop.bart``).
 Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.interop.bart import bart_config, bart_from_config, bart_from_hf, bart_to_hf
 from plm_lightning.interop.layouts import (
     ARCHITECTURES,
     BY_ARCHITECTURE,
@@ -39,6 +41,17 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
         return "gpt2"
+    if objective == "Seq2SeqLM" and cfg.position_embedding == "learned":
+        wanted = dict(norm="layernorm", norm_position="post", bias=True, embedding_norm=True, type_vocab_size=0,
+                      embedding_size=None, layer_sharing="none", position_offset=2, tie_word_embeddings=True,
+                      tied_output_scaling=False, task_type_vocab_size=0)
+        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+        if cfg.activation not in ("gelu", "relu", "gelu_new"):
+            bad.append("activation")
+        if bad:
+            raise ConfigError(f"export: this Seq2SeqLM differs from BART in {bad}; BartForConditionalGeneration "
+                              "cannot hold it")
+        return "bart"
     if objective == "Seq2SeqLM":
         wanted = dict(position_embedding="t5_relative", norm="rmsnorm", norm_position="pre", bias=False,
                       embedding_norm=False, type_vocab_size=0, embedding_size=None, layer_sharing="none")
@@ -103,6 +116,8 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
     out: dict[str, Tensor] = {}
     if family in T5_ARCHITECTURES:
         return t5_to_hf(state, cfg)
+    if family == "bart":
+        return bart_to_hf(state, cfg)
     if family == "gpt2":
         for ours, hf in gpt2_pairs(cfg):
             t = state[ours]
@@ -144,6 +159,8 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
     out: dict[str, Tensor] = {}
     if family in T5_ARCHITECTURES:
         return t5_from_hf(hf, cfg)
+    if family == "bart":
+        return bart_from_hf(hf, cfg)
     if family == "gpt2":
         for ours, key in gpt2_pairs(cfg):
             if key == "lm_head.weight" and key not in hf:
@@ -180,6 +197,8 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
     """The ``config.json`` of the exported model."""
     if family in T5_ARCHITECTURES:
         return t5_config(cfg, special_ids, family)
+    if family == "bart":
+        return bart_config(cfg, special_ids)
     arch = ARCHITECTURES[family]
     if family == "gpt2":
         eos = special_ids.get("eos", cfg.vocab_size - 1)
@@ -304,12 +323,14 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         return "modernbert", _modernbert_from_config(config), "MaskedLM"
     if model_type in T5_ARCHITECTURES:
         return model_type, t5_from_config(config), "Seq2SeqLM"
+    if model_type == "bart":
+        return "bart", bart_from_config(config), "Seq2SeqLM"
     if model_type == "deberta-v2":
         family = "deberta-v2" if config.get("legacy", True) else "deberta-v2-lm"
         return family, _deberta_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
-                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2', 't5', 'mt5'])}")
+                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2', 't5', 'mt5', 'bart'])}")
     archs = config.get("architectures") or []
     family = next((BY_ARCHITECTURE[a] for a in archs if a in BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
     pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0

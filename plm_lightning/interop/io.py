@@ -159,6 +159,8 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     ours = from_hf(_read_hf_weights(directory), cfg, family)
     cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM}[objective]
     hparams: dict[str, Any] = {"backbone": "bert-base", "backbone_overrides": cfg.to_dict()}
+    if family == "bart":
+        hparams["decoder_start_token"] = "eos"
     if objective == "MaskedLM":
         hparams["sentence_prediction"] = {"bert-nsp": "nsp", "albert-sop": "sop"}.get(family, "none")
     if objective == "ELECTRA":

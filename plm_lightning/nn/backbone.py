@@ -116,9 +116,10 @@ class TransformerStack(nn.Module):
                 position_ids = torch.arange(past, past + length, device=input_ids.device)[None]
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # no padding: let SDPA take its mask-free (and, if causal, is_causal) fast path
-        if past + length > self.cfg.max_position_embeddings and self.cfg.position_embedding in ("learned", "sinusoidal"):
-            raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
-                             f"{self.cfg.max_position_embeddings}")
+        positions = self.cfg.max_position_embeddings - self.cfg.position_offset
+        if past + length > positions and self.cfg.position_embedding in ("learned", "sinusoidal"):
+            raise ValueError(f"sequence length {past + length} exceeds the {positions} positions of "
+                             f"max_position_embeddings={self.cfg.max_position_embeddings}")
         self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
         rope = local_rope = None
         if self.rotary is not None:

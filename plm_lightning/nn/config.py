@@ -162,6 +162,19 @@ _T5_V1_1: dict[str, Any] = dict(activation="geglu_tanh", tie_word_embeddings=Fal
                                 dropout=0.0, attention_dropout=0.0, ffn_dropout=0.0)
 
 
+def _bart(**kw: Any) -> BackboneConfig:
+    """BART (Lewis et al. 2020, sec. 2.1; fairseq's bart.base / bart.large and transformers' BartConfig): the
+    original Transformer encoder-decoder, post-norm with GELU, learned positions (rows offset by 2, fairseq's padding
+    convention), a LayerNorm on each stack's embeddings, biases, dropout 0.1, embeddings shared by both stacks and
+    the LM head, GPT-2's byte-level BPE vocabulary."""
+    base = dict(vocab_size=50265, hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072,
+                max_position_embeddings=1026, position_offset=2, type_vocab_size=0, norm_eps=1e-5,
+                norm_position="post", embedding_norm=True, activation="gelu", dropout=0.1, attention_dropout=0.1,
+                ffn_dropout=0.1, pad_token_id=1)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
 _DEBERTA_V3: dict[str, Any] = dict(relative_position_buckets=256, share_attention_key=True,
                                    relative_embedding_norm=True, type_vocab_size=0)
 
@@ -241,6 +254,11 @@ PRESETS: dict[str, BackboneConfig] = {
     "t5-large": _t5(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     "t5-v1_1-base": _t5(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2048, **_T5_V1_1),
     "t5-v1_1-large": _t5(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=2816, **_T5_V1_1),
+    # Lewis et al. 2020 (BART): 6+6 layers (base), 12+12 (large); 1024 positions
+    "tiny-bart": _bart(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, vocab_size=8192,
+                       max_position_embeddings=258),
+    "bart-base": _bart(),
+    "bart-large": _bart(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=4096),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),

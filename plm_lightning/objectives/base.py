@@ -188,10 +188,12 @@ class PretrainingModule(L.LightningModule):
             raise ConfigError(f"the data has {types} token types (languages) but the model embeds "
                               f"{self.config.type_vocab_size}; set model.backbone_overrides.type_vocab_size={types}")
         seq_len = getattr(datamodule, "seq_len", None)
+        longest = getattr(datamodule, "max_input_length", seq_len)  # BART: noise can lengthen the input
         limit = self.config.max_position_embeddings - self.config.position_offset
-        if seq_len is not None and self.config.position_embedding in ("learned", "sinusoidal") and seq_len > limit:
+        if longest is not None and self.config.position_embedding in ("learned", "sinusoidal") and longest > limit:
+            grown = f" (inputs of up to {longest} tokens after noise)" if longest != seq_len else ""
             raise ConfigError(
-                f"data.seq_len={seq_len} exceeds the model's {limit} positions (model.backbone="
+                f"data.seq_len={seq_len}{grown} exceeds the model's {limit} positions (model.backbone="
                 f"{self.hparams.backbone!r}); lower data.seq_len or raise max_position_embeddings in "
                 "model.backbone_overrides"
             )

@@ -1,15 +1,20 @@
-"""Encoder-decoder denoising: T5 / T5.1.1 span corruption (Raffel et al. 2020).
+"""Encoder-decoder denoising: T5 / T5.1.1 span corruption (Raffel et al. 2020), BART (Lewis et al. 2020), MASS
+(Song et al. 2019).
 
-corruption: noise spans replaced by sentinels in the encoder input (``data.SpanCorruptionDataModule``) | attention:
-bidirectional encoder, causal decoder with cross-attention | loss: every target token (sentinels, span tokens, EOS),
-teacher-forced (decoder input = target shifted right, starting from the pad token as in T5).
+corruption: in the data module (T5: noise spans replaced by sentinels, ``data.SpanCorruptionDataModule``; BART: the
+five noising functions, ``data.BARTDataModule``; MASS: one masked fragment) | attention: bidirectional encoder,
+causal decoder with cross-attention | loss: every target token (T5: sentinels, span tokens and EOS; BART: the whole
+original row), teacher-forced (decoder input = target shifted right, from the pad token in T5, from ``</s>`` in BART).
 """
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from torch import Tensor, nn
 
 from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.errors import ConfigError
 from plm_lightning.nn import EncoderDecoder, LMHead
 from plm_lightning.nn.flops import seq2seq_training_flops
 from plm_lightning.objectives.base import PretrainingModule
@@ -20,6 +25,23 @@ class Seq2SeqLM(PretrainingModule):
     scaled by hidden_size^-0.5 (T5; ``tied_output_scaling``), or untied (T5.1.1: ``tie_word_embeddings: false``)."""
 
     required_special_tokens = ("pad", "eos")
+
+    def __init__(self, *args: Any, decoder_start_token: Literal["pad", "eos"] = "pad", **kwargs: Any) -> None:
+        """
+        Args:
+            decoder_start_token: The special token the decoder starts from: pad (T5, MASS) or eos (BART).
+        """
+        if decoder_start_token not in ("pad", "eos"):
+            raise ConfigError(f"model.decoder_start_token={decoder_start_token!r} is not one of pad, eos")
+        self.decoder_start_token = decoder_start_token
+        super().__init__(*args, **kwargs)
+
+    def setup(self, stage: str) -> None:
+        data = getattr(getattr(self.trainer, "datamodule", None), "decoder_start_token", None)
+        if data is not None and data != self.decoder_start_token:
+            raise ConfigError(f"model.decoder_start_token={self.decoder_start_token!r} but the data starts the decoder "
+                              f"from {data!r}; set model.decoder_start_token={data}")
+        super().setup(stage)
 
     def build(self) -> None:
         self.backbone = EncoderDecoder(self.config)
