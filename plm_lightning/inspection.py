@@ -299,6 +299,12 @@ def _render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, An
         from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
 
         corruption = f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
+    elif hasattr(collate, "noise"):  # BART
+        n = collate.noise
+        corruption = (f"{n.mask_length} masking of {n.mask_ratio:g} of the words (replace_length={n.replace_length}, "
+                      f"lambda={n.poisson_lambda:g}, {n.placement}), sentence permutation {n.permute_sentence_ratio:g}, "
+                      f"rotation {n.rotate_ratio:g}, insertion {n.insert_ratio:g}; {int(batch['noise_tokens'][0])} "
+                      f"tokens noised in {int(batch['noise_spans'][0])} spans")
     elif hasattr(collate, "fragment_ratio"):  # MASS
         corruption = f"fragment_ratio={collate.fragment_ratio} (fragment starts at {int(batch['fragment_start'][0])})"
     else:

@@ -1,5 +1,6 @@
 """``predict``: generate from a text file of prompts with a trained causal LM (continue each prompt) or an
-encoder-decoder (T5: fill the sentinels of each prompt), one output per prompt."""
+encoder-decoder (T5: fill the sentinels of each prompt; BART: reconstruct the prompt, its ``<mask>`` tokens filled),
+one output per prompt."""
 
 from __future__ import annotations
 
@@ -54,14 +55,18 @@ def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -
     model, tok = load_generator(checkpoint)
     encoder_decoder = hasattr(model.backbone, "encoder")
     eos = tok.ids.get("eos")
+    start = tok.ids.get(getattr(model, "decoder_start_token", "pad"), 0) if encoder_decoder else None
+    framed = encoder_decoder and getattr(model, "decoder_start_token", "pad") == "eos" and "bos" in tok.ids  # BART
     results = []
     for prompt in prompts:
         ids = tok.encode_batch([prompt])[0]
         if encoder_decoder and eos is not None:
-            ids = [*ids, eos]
+            ids = [*([tok.ids["bos"]] if framed else []), *ids, eos]
         if not ids:
             raise ConfigError(f"predict: the prompt {prompt!r} has no tokens")
-        out = generate(model, torch.tensor([ids]), None, config, eos, tok.ids.get("pad", 0) if encoder_decoder else None)
+        out = generate(model, torch.tensor([ids]), None, config, eos, start)
+        if framed and out[0][:1] == [tok.ids["bos"]]:
+            out[0] = out[0][1:]
         text = tok.decode(out[0], skip_special_tokens=False)
         row = {"prompt": prompt, "output": text.replace(tok.special.get("eos", "\0"), "").strip()}
         if encoder_decoder and SENTINEL.search(prompt):

@@ -276,3 +276,29 @@ def test_non_bart_seq2seq_export_and_nonzero_logits_bias_are_refused(tmp_path):
     save_file(weights, str(tmp_path / "hf" / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ConfigError, match="final_logits_bias"):
         import_hf(tmp_path / "hf", tmp_path / "x.ckpt")
+
+
+def test_predict_frames_bart_prompts_and_starts_from_eos(monkeypatch, tmp_path):
+    """``predict`` gives BART ``<s> prompt </s>`` with the prompt's ``<mask>`` kept as the mask token, decodes from
+    ``</s>`` and drops the reconstruction's ``<s>``."""
+    from plm_lightning import prediction
+    from plm_lightning.data import embedded_corpus
+    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.generation import GenerationConfig
+
+    tok = train_tokenizer("bpe", embedded_corpus()[:50], 400)
+    model = Seq2SeqLM(backbone="tiny-bart", vocab_size=tok.vocab_size, decoder_start_token="eos").eval()
+    monkeypatch.setattr(prediction, "load_generator", lambda path: (model, tok))
+    seen = {}
+
+    def fake_generate(model, ids, mask, config, eos, start):
+        seen.update(ids=ids[0].tolist(), eos=eos, start=start)
+        return [[tok.ids["bos"], 300, 301, eos]]
+
+    monkeypatch.setattr(prediction, "generate", fake_generate)
+    (tmp_path / "p.txt").write_text("Return the <mask> of the list.\n")
+    (row,) = prediction.predict_file("ckpt", str(tmp_path / "p.txt"), GenerationConfig())
+    ids, ids_ = tok.ids, seen["ids"]
+    assert ids_[0] == ids["bos"] and ids_[-1] == ids["eos"] and ids_.count(ids["mask"]) == 1
+    assert seen["start"] == seen["eos"] == ids["eos"]
+    assert row["output"] == tok.decode([300, 301]).strip()

@@ -23,7 +23,7 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
-                                    "mt5", "ul2", "mass", "gpt2"])
+                                    "mt5", "ul2", "mass", "bart", "gpt2"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     steps = 80 if recipe == "mass" else 40  # MASS predicts half of every row: its loss falls more slowly at first
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK, "--trainer.max_steps", str(steps)],
@@ -44,6 +44,17 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     checkpoint = torch.load(ckpt, weights_only=True)
     assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA", "ERNIE2", "Seq2SeqLM")
     assert checkpoint["global_step"] == steps
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--model.decoder_start_token", "pad"], ["model.decoder_start_token='pad'", "data starts the decoder from 'eos'"]),
+    (["--data.replace_length", "3"], ["data.replace_length=3"]),
+    (["--data.seq_len", "200"], ["data.seq_len=200", "inputs of up to 260 tokens", "256 positions"]),
+])
+def test_bart_bad_input_is_one_line(args, needles, tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bart.yaml"), "--trainer.max_steps", "1", *args],
+                  cwd=tmp_path)
+    _one_line_error(res, *needles)
 
 
 def test_electra_generator_divisor_must_divide_hidden_size(tmp_path):
@@ -159,7 +170,7 @@ def test_json_config_roundtrip_of_cli_defaults():
                                               ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"),
                                               ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("t5", "Seq2SeqLM"),
                                               ("mt5", "Seq2SeqLM"), ("ul2", "Seq2SeqLM"),
-                                              ("mass", "Seq2SeqLM"), ("gpt2", "CausalLM")])
+                                              ("mass", "Seq2SeqLM"), ("bart", "Seq2SeqLM"), ("gpt2", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -180,6 +191,9 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert len(stats["distance_label_fraction"]) == 3 and abs(sum(stats["distance_label_fraction"]) - 1) < 1e-3
         assert 1.5 < stats["reorder_mean_segments"] < 2.5 and stats["form_fraction"]["distance"] > 0
         assert abs(stats["mask_token_fraction"] - 0.8) < 0.05
+    elif recipe == "bart":  # Lewis et al. 2020: text infilling of 30% of the words; the decoder writes every token
+        assert abs(stats["noise_fraction"] - 0.30) < 0.02 and stats["loss_fraction"] > 0.95
+        assert 3.0 < stats["mean_span_length"] < 4.5 and stats["input_length_mean"] < stats["target_length_mean"]
     elif recipe == "mass":  # Song et al. 2019: a fragment of 50% of each row
         assert abs(stats["loss_fraction"] - 0.5) < 0.02 and stats["target_length_mean"] == 64
     elif recipe == "ul2":  # seven denoisers, each with its own rate; R(3, 0.15) fills the input exactly
@@ -255,7 +269,7 @@ def test_export_and_import_commands(tmp_path):
 
 
 @pytest.mark.slow
-def test_predict_fills_t5_sentinels_and_continues_gpt2(tmp_path):
+def test_predict_fills_t5_sentinels_reconstructs_bart_and_continues_gpt2(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Return the <extra_id_0> of the list.\n\nThe <extra_id_0> module <extra_id_1> files.\n")
     t5 = _two_step_checkpoint("t5", tmp_path / "t5")
@@ -274,5 +288,11 @@ def test_predict_fills_t5_sentinels_and_continues_gpt2(tmp_path):
     assert res.returncode == 0 and json.loads(res.stdout.strip())["prompt"] == "def add(a, b):", res.stderr[-2000:]
     bert = _two_step_checkpoint("bert", tmp_path / "bert")
     _one_line_error(run_cli(["predict", str(bert), str(prompts)], cwd=tmp_path), "holds a MaskedLM checkpoint")
+    bart = _two_step_checkpoint("bart", tmp_path / "bart")
+    (tmp_path / "b.txt").write_text("Return the <mask> of the list.\n")
+    res = run_cli(["predict", str(bart), str(tmp_path / "b.txt"), "--max_new_tokens", "5", "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout.strip())
+    assert row["prompt"] == "Return the <mask> of the list." and not row["output"].startswith("<s>")
     _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
     _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")
