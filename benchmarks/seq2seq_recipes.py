@@ -5,8 +5,10 @@ corruption collator's cost as a share of one training step.
 
 - T5-base span corruption (seq inputs, T5's target length) vs ``T5ForConditionalGeneration``.
 - T5.1.1-base (GeGLU, untied head, no dropout) vs ``T5ForConditionalGeneration`` (gated-gelu).
-- The collator: seconds to corrupt one batch of raw rows (T5's random spans, sentinels, teacher forcing) over the
-  seconds of one T5-base training step on it; the issue's goal is <= 5%.
+- BART-base denoising (text infilling of 30% + sentence permutation, the whole row as target) vs
+  ``BartForConditionalGeneration``.
+- The collators: seconds to corrupt one batch of rows (T5's random spans and sentinels; BART's five noising
+  functions) over the seconds of one T5-base / BART-base training step on it; the issue's goal is <= 5%.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import torch
 
 from benchmarks.common import interleaved_timing, step_parser
 from benchmarks.train_throughput import _step_fn
-from plm_lightning.data import SpanCorruptionCollator
+from plm_lightning.data import BARTCollator, SpanCorruptionCollator
+from plm_lightning.data.corruption.bart_noise import BARTNoise
 from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
 from plm_lightning.objectives import Seq2SeqLM
 
@@ -63,12 +66,60 @@ def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
             "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
 
 
-def collator_share(batch: int, seq: int, repeats: int) -> dict:
-    raw, _ = raw_length_for(seq, 0.15, 3.0)
-    collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
-    samples = _samples(batch, raw)
+BART_VOCAB = 50265
+
+
+def _bart_samples(batch: int, seq: int) -> list[dict]:
+    """Rows of ``<s> ... </s>`` with GPT-2-like word starts (3 in 4 tokens) and a sentence every ~25 tokens."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(batch):
+        ids = rng.integers(4, BART_VOCAB - 1, seq)
+        ids[0], ids[-1] = 0, 2
+        samples.append({"index": i, "epoch": 0, "input_ids": ids, "document_ids": np.zeros(seq),
+                        "word_starts": rng.random(seq) < 0.75, "sentence_starts": rng.random(seq) < 0.04})
+    return samples
+
+
+def _bart_collator() -> BARTCollator:
+    return BARTCollator(BARTNoise(), bos_id=0, eos_id=2, pad_id=1, mask_id=BART_VOCAB - 1,
+                        random_ids=np.arange(4, BART_VOCAB - 1))
+
+
+def bart(batch: int, seq: int, repeats: int) -> dict:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    d = _bart_collator()(_bart_samples(batch, seq))
+    ours = Seq2SeqLM(backbone="bart-base", vocab_size=BART_VOCAB, decoder_start_token="eos").train()
+    hf = BartForConditionalGeneration(BartConfig(vocab_size=BART_VOCAB, d_model=768, encoder_layers=6, decoder_layers=6,
+                                                 encoder_attention_heads=12, decoder_attention_heads=12,
+                                                 encoder_ffn_dim=3072, decoder_ffn_dim=3072, dropout=0.1,
+                                                 attention_dropout=0.1, activation_dropout=0.1)).train()
+    t = interleaved_timing({
+        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
+        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
+                                      decoder_input_ids=d["decoder_input_ids"],
+                                      decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"]).loss),
+    }, repeats=repeats)
+    tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
+    return {"benchmark": f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)",
+            "counterpart": "BartForConditionalGeneration", "threads": torch.get_num_threads(),
+            "ours_tokens_per_s": round(tokens / t["ours"]["median"], 1),
+            "hf_tokens_per_s": round(tokens / t["hf"]["median"], 1),
+            "ours_s_per_step_median": round(t["ours"]["median"], 4), "hf_s_per_step_median": round(t["hf"]["median"], 4),
+            "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
+
+
+def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> dict:
+    if recipe == "bart":
+        collate, samples = _bart_collator(), _bart_samples(batch, seq)
+        ours = Seq2SeqLM(backbone="bart-base", vocab_size=BART_VOCAB, decoder_start_token="eos").train()
+    else:
+        raw, _ = raw_length_for(seq, 0.15, 3.0)
+        collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
+        samples = _samples(batch, raw)
+        ours = Seq2SeqLM(backbone="t5-base", vocab_size=VOCAB).train()
     d = collate(samples)
-    ours = Seq2SeqLM(backbone="t5-base", vocab_size=VOCAB).train()
     step = _step_fn(ours, lambda: ours(**d)["loss"])
     step()
     collate_s, step_s = [], []
@@ -81,17 +132,20 @@ def collator_share(batch: int, seq: int, repeats: int) -> dict:
         step()
         step_s.append(time.perf_counter() - t0)
     c, s = float(np.median(collate_s)), float(np.median(step_s))
-    return {"benchmark": f"span corruption collator share of a T5-base step (batch {batch}, {seq} tokens)",
+    what = "BART noising collator share of a BART-base" if recipe == "bart" else "span corruption collator share of a T5-base"
+    return {"benchmark": f"{what} step (batch {batch}, {seq} tokens)",
             "collator_s_per_batch": round(c, 5), "step_s": round(s, 4), "collator_share": round(c / s, 4),
             "note": "the collator runs in DataLoader workers (num_workers > 0) beside the step; 1 thread here"}
 
 
 def main() -> None:
-    args = step_parser(["t5", "t5-v1_1", "collator"]).parse_args()
+    args = step_parser(["t5", "t5-v1_1", "bart", "collator", "bart-collator"]).parse_args()
     torch.set_num_threads(args.threads)
     runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False),
             "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True),
-            "collator": lambda: collator_share(args.batch, args.seq, args.repeats)}
+            "bart": lambda: bart(args.batch, args.seq, args.repeats),
+            "collator": lambda: collator_share(args.batch, args.seq, args.repeats),
+            "bart-collator": lambda: collator_share(args.batch, args.seq, args.repeats, "bart")}
     for name in args.only:
         print(json.dumps(runs[name]()))
 

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.feedforward import ACTIVATIONS
+from plm_lightning.nn.losses import LMLoss, linear_cross_entropy
 from plm_lightning.nn.norms import make_norm
 
 
@@ -33,12 +34,18 @@ class LMHead(nn.Module):
     def tie(self, embedding: nn.Embedding) -> None:
         self.weight = embedding.weight
 
-    def forward(self, hidden: Tensor, positions: Tensor | None = None) -> Tensor:
-        """``hidden`` ``[B, L, H]``; ``positions`` a boolean ``[B, L]`` selection (sparse) or None (dense)."""
+    def forward(self, hidden: Tensor, positions: Tensor | None = None, targets: Tensor | None = None
+                ) -> Tensor | LMLoss:
+        """``hidden`` ``[B, L, H]``; ``positions`` a boolean ``[B, L]`` selection (sparse) or None (dense).
+
+        With ``targets`` (one per selected row) the head returns their cross-entropy through
+        :func:`~plm_lightning.nn.losses.linear_cross_entropy` instead of the logits, which it never materialises."""
         if positions is not None:
             hidden = hidden[positions]
         if self.dense is not None:
             hidden = self.norm(self.act(self.dense(hidden)))
+        if targets is not None:
+            return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.weight, self.bias, targets.reshape(-1))
         return F.linear(hidden, self.weight, self.bias)
 
 

@@ -46,6 +46,7 @@ class PretrainingModule(L.LightningModule):
         fused_optimizer: bool = True,
         sparse_final_layer: bool = True,
         init_from: str | None = None,
+        fused_cross_entropy: bool = True,
     ) -> None:
         """
         Args:
@@ -70,6 +71,9 @@ class PretrainingModule(L.LightningModule):
                 model directory on disk (BERT, RoBERTa, ALBERT, ELECTRA, GPT-2), whose backbone and weights start
                 this run; backbone settings come from it. Pair it with data.tokenizer=<the same directory> (or a
                 directory written by `export`) so token ids mean what the weights learned.
+            fused_cross_entropy: The LM loss through the fused, chunked linear cross-entropy
+                (plm_lightning.nn.losses): the same loss and gradients without the [tokens, vocabulary] logits in
+                memory; false computes the logits and F.cross_entropy on them.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -236,15 +240,25 @@ class PretrainingModule(L.LightningModule):
     # -- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Return at least ``loss`` (the total), ``lm_loss`` (the token cross-entropy perplexity is reported from),
-        ``lm_logits`` and ``lm_targets`` (at loss positions only); auxiliary losses as ``<name>_loss``."""
+        and :meth:`lm_loss`'s ``lm_targets``, ``lm_predictions``, ``lm_token_losses`` (at loss positions only);
+        auxiliary losses as ``<name>_loss``."""
         raise NotImplementedError
 
-    def lm_loss(self, hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Cross-entropy at the loss positions only (``labels != -100``), with the sparse LM head."""
+    def lm_loss(self, hidden: Tensor, labels: Tensor, keep_logits: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+        """Cross-entropy at the loss positions only (``labels != -100``), with the sparse LM head; returns the loss
+        and what the metrics read: ``lm_targets``, ``lm_predictions`` (argmax) and ``lm_token_losses`` at those
+        positions. The head's fused linear cross-entropy (``model.fused_cross_entropy``) never materialises the
+        logits; ``keep_logits`` (ELECTRA samples from them) computes and returns them as ``lm_logits``."""
         positions = labels != IGNORE_INDEX
-        logits = self.lm_head(hidden, positions)
         targets = labels[positions]
-        return F.cross_entropy(logits.float(), targets), logits, targets
+        if self.hparams.get("fused_cross_entropy", True) and not keep_logits:
+            loss, predictions, token_losses = self.lm_head(hidden, positions, targets=targets)
+            return loss, {"lm_targets": targets, "lm_predictions": predictions, "lm_token_losses": token_losses}
+        logits = self.lm_head(hidden, positions)
+        token_losses = F.cross_entropy(logits.float(), targets, reduction="none")
+        extras = {"lm_targets": targets, "lm_predictions": logits.detach().argmax(-1),
+                  "lm_token_losses": token_losses.detach()}
+        return token_losses.mean(), {**extras, **({"lm_logits": logits} if keep_logits else {})}
 
     def forward(self, **batch: Tensor) -> dict[str, Tensor]:
         """The steps call the module (not ``compute_loss``) so FSDP2's root hooks run around the whole step."""
@@ -257,7 +271,7 @@ class PretrainingModule(L.LightningModule):
         self.tokens_seen += tokens * self.trainer.world_size
         self.loss_tokens_seen += loss_tokens * self.trainer.world_size
         self._set_flops(batch, loss_tokens, backward=True)
-        self.train_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
+        self.train_accuracy(out["lm_predictions"], out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in self._scalars(out).items():
             self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
@@ -281,7 +295,7 @@ class PretrainingModule(L.LightningModule):
         out = self(**batch)
         self._set_flops(batch, int(out["lm_targets"].numel()), backward=False)
         self.val_lm_loss.update(out["lm_loss"], weight=out["lm_targets"].numel())
-        self.val_accuracy(out["lm_logits"].argmax(-1), out["lm_targets"])
+        self.val_accuracy(out["lm_predictions"], out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in self._scalars(out).items():
             self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
@@ -297,7 +311,7 @@ class PretrainingModule(L.LightningModule):
         rows = torch.nonzero(batch["labels"] != IGNORE_INDEX)[:, 0]  # the row of each target, in lm_targets' order
         if rows.numel() != out["lm_targets"].numel():
             return
-        losses = F.cross_entropy(out["lm_logits"].float(), out["lm_targets"], reduction="none")
+        losses = out["lm_token_losses"]
         stream = batch["stream"][rows]
         for index, name in enumerate(names):
             chosen = stream == index
@@ -320,7 +334,7 @@ class PretrainingModule(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         out = self(**batch)
-        return {"loss": out["loss"], "predictions": out["lm_logits"].argmax(-1), "targets": out["lm_targets"]}
+        return {"loss": out["loss"], "predictions": out["lm_predictions"], "targets": out["lm_targets"]}
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

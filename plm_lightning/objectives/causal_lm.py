@@ -26,5 +26,5 @@ class CausalLM(PretrainingModule):
         self.lm_head = LMHead(self.config, transform=False, bias=False)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        loss, logits, targets = self.lm_loss(self.run_stack(self.backbone, batch), batch["labels"])
-        return {"loss": loss, "lm_loss": loss, "lm_logits": logits, "lm_targets": targets}
+        loss, lm = self.lm_loss(self.run_stack(self.backbone, batch), batch["labels"])
+        return {"loss": loss, "lm_loss": loss, **lm}

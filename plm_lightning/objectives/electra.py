@@ -112,7 +112,8 @@ class ELECTRA(PretrainingModule):
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         labels, input_ids = batch["labels"], batch["input_ids"]
-        mlm_loss, logits, targets = self.lm_loss(*self.run_stack_for_loss(self.generator, batch, labels))
+        mlm_loss, lm = self.lm_loss(*self.run_stack_for_loss(self.generator, batch, labels), keep_logits=True)
+        logits = lm.pop("lm_logits")
         positions = labels != IGNORE_INDEX
         replaced_ids = input_ids.clone()
         replaced_ids[positions] = self.sample_replacements(logits)
@@ -126,7 +127,7 @@ class ELECTRA(PretrainingModule):
             replaced_fraction = is_replaced.float().mean()
         loss = self.generator_weight * mlm_loss + self.rtd_weight * rtd_loss
         return {"loss": loss, "mlm_loss": mlm_loss, "rtd_loss": rtd_loss, "rtd_accuracy": rtd_accuracy,
-                "replaced_fraction": replaced_fraction, "lm_loss": mlm_loss, "lm_logits": logits, "lm_targets": targets}
+                "replaced_fraction": replaced_fraction, "lm_loss": mlm_loss, **lm}
 
     def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
         """Discriminator (+ its token head on every token) and generator (+ its sparse LM head)."""

@@ -60,8 +60,8 @@ class ERNIE2(MaskedLM):
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         hidden = self.encode(batch)  # the word-aware heads read every position
-        mlm_loss, logits, targets = self.lm_loss(hidden, batch["labels"])
-        out = {"mlm_loss": mlm_loss, "lm_loss": mlm_loss, "lm_logits": logits, "lm_targets": targets}
+        mlm_loss, lm = self.lm_loss(hidden, batch["labels"])
+        out = {"mlm_loss": mlm_loss, "lm_loss": mlm_loss, **lm}
         total = mlm_loss
         for name, key in TOKEN_TASKS.items():
             scores = getattr(self, f"{name}_head")(hidden)

@@ -102,8 +102,8 @@ class MaskedLM(PretrainingModule):
                                                      keep_first=self.sentence_head is not None)
         else:  # SBO reads the span boundaries too
             hidden, labels = self.encode(batch), batch["labels"]
-        mlm_loss, logits, targets = self.lm_loss(hidden, labels)
-        out = {"loss": mlm_loss, "mlm_loss": mlm_loss, "lm_loss": mlm_loss, "lm_logits": logits, "lm_targets": targets}
+        mlm_loss, lm = self.lm_loss(hidden, labels)
+        out = {"loss": mlm_loss, "mlm_loss": mlm_loss, "lm_loss": mlm_loss, **lm}
         if self.sentence_head is not None:
             kind = self.sentence_prediction
             if "sentence_label" not in batch:

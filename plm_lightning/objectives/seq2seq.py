@@ -64,8 +64,8 @@ class Seq2SeqLM(PretrainingModule):
         return hidden
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        loss, logits, targets = self.lm_loss(self.decode(batch), batch["labels"])
-        return {"loss": loss, "lm_loss": loss, "lm_logits": logits, "lm_targets": targets}
+        loss, lm = self.lm_loss(self.decode(batch), batch["labels"])
+        return {"loss": loss, "lm_loss": loss, **lm}
 
     def loss_positions(self, batch: dict[str, Tensor]) -> Tensor:
         """Boolean ``[B, M]`` over the decoder's positions: every target token carries loss."""

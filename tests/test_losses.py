@@ -1,0 +1,87 @@
+"""The fused, chunked linear cross-entropy equals ``F.cross_entropy(F.linear(h, W, b), y)`` in value, gradients and
+by-products, for any chunking, with and without a bias, under autocast, and inside every objective."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plm_lightning.nn.losses import linear_cross_entropy
+
+
+def _inputs(n: int, h: int, v: int, bias: bool, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g, requires_grad=True)
+    weight = (torch.randn(v, h, generator=g) * 0.5).requires_grad_()
+    b = (torch.randn(v, generator=g) * 0.5).requires_grad_() if bias else None
+    targets = torch.randint(0, v, (n,), generator=g)
+    return hidden, weight, b, targets
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 24), st.integers(2, 90), st.booleans(), st.integers(1, 4000),
+       st.integers(0, 2**16))
+def test_fused_equals_unfused_in_value_gradients_and_byproducts(n, h, v, bias, chunk, seed):
+    hidden, weight, b, targets = _inputs(n, h, v, bias, seed)
+    logits = F.linear(hidden, weight, b)
+    reference = F.cross_entropy(logits, targets)
+    (3.0 * reference).backward()
+    expected = [t.grad.clone() for t in (hidden, weight, b) if t is not None]
+    for t in (hidden, weight, b):
+        if t is not None:
+            t.grad = None
+    out = linear_cross_entropy(hidden, weight, b, targets, chunk_elements=chunk)
+    (3.0 * out.loss).backward()  # the incoming gradient scales the precomputed ones
+    assert torch.allclose(out.loss, reference, atol=1e-5)
+    for got, want in zip([t.grad for t in (hidden, weight, b) if t is not None], expected):
+        assert torch.allclose(got, want, atol=1e-5)
+    assert torch.equal(out.predictions, logits.argmax(-1))
+    assert torch.allclose(out.token_losses, F.cross_entropy(logits, targets, reduction="none"), atol=1e-5)
+
+
+def test_no_grad_gives_the_loss_and_refuses_backward():
+    hidden, weight, b, targets = _inputs(9, 8, 30, True, 0)
+    with torch.no_grad():
+        out = linear_cross_entropy(hidden, weight, b, targets, chunk_elements=60)
+    assert torch.allclose(out.loss, F.cross_entropy(F.linear(hidden, weight, b), targets), atol=1e-5)
+    detached = linear_cross_entropy(hidden.detach(), weight.detach(), None, targets)
+    assert not detached.loss.requires_grad
+
+
+def test_autocast_matches_the_unfused_head_under_autocast():
+    hidden, weight, b, targets = _inputs(40, 16, 50, False, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = F.cross_entropy(F.linear(hidden, weight).float(), targets)
+        out = linear_cross_entropy(hidden, weight, None, targets, chunk_elements=500)
+    assert abs(float(out.loss) - float(reference)) < 2e-2
+    out.loss.backward()
+    assert hidden.grad.dtype == torch.float32 and weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("objective,backbone", [("MaskedLM", "tiny"), ("CausalLM", "tiny-gpt"),
+                                                ("Seq2SeqLM", "tiny-t5")])
+def test_objectives_give_the_same_loss_and_gradients_fused_or_not(objective, backbone):
+    from plm_lightning import objectives
+
+    cls = getattr(objectives, objective)
+    overrides = {"dropout": 0.0, "attention_dropout": 0.0, "ffn_dropout": 0.0}
+    fused = cls(backbone=backbone, vocab_size=101, backbone_overrides=overrides)
+    plain = cls(backbone=backbone, vocab_size=101, backbone_overrides=overrides, fused_cross_entropy=False)
+    plain.load_state_dict(fused.state_dict())
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 101, (3, 16), generator=g)
+    labels = torch.where(torch.rand(3, 16, generator=g) < 0.3, ids, torch.full_like(ids, -100))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    if objective == "Seq2SeqLM":
+        batch.update(decoder_input_ids=ids.roll(1, 1), labels=ids, decoder_attention_mask=torch.ones_like(ids))
+    outs = []
+    for module in (fused, plain):
+        out = module.compute_loss(batch)
+        out["loss"].backward()
+        outs.append(out)
+    assert torch.allclose(outs[0]["loss"], outs[1]["loss"], atol=1e-5)
+    assert torch.equal(outs[0]["lm_predictions"], outs[1]["lm_predictions"])
+    grads = dict(plain.named_parameters())
+    for name, p in fused.named_parameters():
+        assert torch.allclose(p.grad, grads[name].grad, atol=1e-5), name
