@@ -287,3 +287,31 @@ def test_unpadded_hidden_states_are_padded_on_demand():
     assert any(a.unpadded) and len(a.hidden_states) == len(b.hidden_states) == cfg.num_layers + 1
     for x, y in zip(a.hidden_states, b.hidden_states):
         assert x.shape == y.shape and torch.allclose(x[real], y[real], atol=1e-5)
+
+
+def test_fast_cpu_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_the_mask():
+    from plm_lightning.nn.dropout import Dropout
+
+    torch.manual_seed(0)
+    layer = Dropout(0.3)
+    x = torch.ones(200_000, requires_grad=True)
+    y = layer(x)
+    kept = y != 0
+    assert abs(float(kept.float().mean()) - 0.7) < 0.005
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # d y / d x = mask / (1 - p)
+    assert torch.equal(layer.eval()(x), x) and torch.equal(Dropout(0.0)(x), x)
+    layer.train()
+    assert not torch.equal(layer(x), layer(x))  # a fresh mask each call
+
+
+def test_training_attention_dropout_on_cpu_runs_the_eager_kernel_with_the_same_statistics():
+    from plm_lightning.nn.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4, dropout=0.5, bias=True, backend="sdpa").train()
+    x = torch.randn(2, 10, 32)
+    outs = torch.stack([attn(x) for _ in range(400)])
+    expected = attn.eval()(x)
+    assert (outs.mean(0) - expected).abs().max() < 0.1  # inverted dropout is unbiased

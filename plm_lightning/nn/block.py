@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from plm_lightning.nn.attention import LayerCache, MultiHeadAttention, take_rows
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import DisentangledSelfAttention
+from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.unpad import Unpadding
@@ -39,7 +40,7 @@ class TransformerBlock(nn.Module):
         self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.ffn_dropout)
         self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _residual(self, x: Tensor, norm: nn.Module, fn, *args, skip: Tensor | None = None,  # noqa: ANN001
                   **kwargs) -> Tensor:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.nn.attention import MultiHeadAttention, take_query_rows, take_rows
+from plm_lightning.nn.dropout import Dropout
 
 
 def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
@@ -53,7 +54,7 @@ class DisentangledSelfAttention(MultiHeadAttention):
         super().__init__(hidden_size, num_heads, dropout, bias, backend,
                          scale=1.0 / math.sqrt(3 * (hidden_size // num_heads)))
         self.span, self.share_key = span, share_key
-        self.position_dropout = nn.Dropout(position_dropout)
+        self.position_dropout = Dropout(position_dropout)
         if not share_key:
             self.pos_key_proj = nn.Linear(hidden_size, hidden_size, bias=True)
             self.pos_query_proj = nn.Linear(hidden_size, hidden_size, bias=True)
@@ -127,7 +128,7 @@ class ConvLayer(nn.Module):
                  activation: str = "gelu") -> None:
         super().__init__()
         self.conv = nn.Conv1d(hidden_size, hidden_size, kernel_size, padding=(kernel_size - 1) // 2)
-        self.norm, self.dropout = norm, nn.Dropout(dropout)
+        self.norm, self.dropout = norm, Dropout(dropout)
         self.act = {"gelu": F.gelu, "tanh": torch.tanh, "relu": F.relu}[activation]
 
     def forward(self, embedded: Tensor, layer_out: Tensor, attention_mask: Tensor | None) -> Tensor:

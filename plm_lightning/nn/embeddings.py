@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.positions import sinusoidal_table
 
@@ -36,7 +37,7 @@ class Embeddings(nn.Module):
             self.register_buffer("sinusoid", sinusoidal_table(cfg.max_position_embeddings, dim), persistent=False)
         self.kind = cfg.position_embedding
         self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,

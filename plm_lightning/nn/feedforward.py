@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from plm_lightning.nn.dropout import Dropout
+
 ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation
@@ -32,7 +34,7 @@ class FeedForward(nn.Module):
         self.fc_in = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.fc_gate = nn.Linear(hidden_size, intermediate_size, bias=bias) if self.gated else None
         self.fc_out = nn.Linear(intermediate_size, hidden_size, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.act(self.fc_gate(x)) * self.fc_in(x) if self.fc_gate is not None else self.act(self.fc_in(x))
