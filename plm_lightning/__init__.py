@@ -10,6 +10,7 @@ from plm_lightning.data import (
     CausalLMCollator,
     CausalLMDataModule,
     ERNIE2DataModule,
+    GLMDataModule,
     MaskedLMCollator,
     MaskedLMDataModule,
     MASSDataModule,
@@ -19,6 +20,7 @@ from plm_lightning.data import (
     TextDataModule,
     TextTokenizer,
     UL2DataModule,
+    UniLMDataModule,
     embedded_corpus,
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
@@ -30,8 +32,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "MASSDataModule",
-    "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
+    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "GLMDataModule",
+    "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
     "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus",
+    "get_preset", "mask_tokens",
 ]

@@ -131,19 +131,21 @@ def _valid_keys(section: str) -> list[str]:
         BARTDataModule,
         CausalLMDataModule,
         ERNIE2DataModule,
+        GLMDataModule,
         MaskedLMDataModule,
         MASSDataModule,
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
         SpanCorruptionDataModule,
         UL2DataModule,
+        UniLMDataModule,
     )
     from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Seq2SeqLM
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
-                        CausalLMDataModule, TextDataModule]}
+                        GLMDataModule, UniLMDataModule, CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

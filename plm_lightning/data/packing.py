@@ -10,6 +10,8 @@ Packing modes:
   segment B is the real continuation half the time, else a segment from another document.
 * ``sentence_order`` - ALBERT SOP pairs (Lan et al. 2020, sec. 3.1 "Inter-sentence coherence loss"): two
   consecutive segments of one document, in order half the time and swapped otherwise.
+* ``continuation_pairs`` - ``[CLS] A [SEP] B [SEP]`` with B always the text that follows A (UniLM's source and
+  target segments, Dong et al. 2019 sec. 2.3).
 * ``sentence_distance`` - ERNIE 2.0 pairs (Sun et al. 2020, sec. 4.2.2): B follows A, comes from elsewhere in A's
   document, or from another document (three classes).
 
@@ -30,9 +32,9 @@ from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
 PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
-                      "sentence_distance"]
+                      "sentence_distance", "continuation_pairs"]
 PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
-                 "sentence_distance")
+                 "sentence_distance", "continuation_pairs")
 FORMAT_VERSION = 7
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
@@ -235,12 +237,13 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
 
 def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
                         rng: np.random.Generator, short_seq_prob: float = 0.1,
-                        negatives: Literal["random_document", "swap", "distance"] = "random_document") -> PackedBlocks:
+                        negatives: Literal["random_document", "swap", "distance", "none"] = "random_document"
+                        ) -> PackedBlocks:
     """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the pair label.
 
     ``negatives``: ``random_document`` (NSP: B taken from another document), ``swap`` (SOP, ALBERT's
     create_pretraining_data: A and B are always consecutive, and exchanged for a negative) or ``distance`` (ERNIE
-    2.0's three classes, :func:`_distance_segment`).
+    2.0's three classes, :func:`_distance_segment`) or ``none`` (B always continues A: UniLM).
     """
     max_tokens = length - 3
     rows, b_starts, labels = [], [], []
@@ -381,8 +384,9 @@ def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: Text
         return pack_contiguous(docs, length, ids["eos"])
     if mode in ("full_sentences", "doc_sentences"):
         return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
-    if mode in ("sentence_pairs", "sentence_order", "sentence_distance"):
-        negatives = {"sentence_pairs": "random_document", "sentence_order": "swap", "sentence_distance": "distance"}
+    if mode in ("sentence_pairs", "sentence_order", "sentence_distance", "continuation_pairs"):
+        negatives = {"sentence_pairs": "random_document", "sentence_order": "swap", "sentence_distance": "distance",
+                     "continuation_pairs": "none"}
         return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed),
                                    negatives=negatives[mode])
     raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")

@@ -14,7 +14,12 @@ import torch
 
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
-from plm_lightning.data.corruption.t5_span import random_spans_noise_mask, raw_length_for, span_corrupt
+from plm_lightning.data.corruption.t5_span import (
+    random_spans_noise_mask,
+    raw_length_for,
+    raw_length_for_concatenated,
+    span_corrupt,
+)
 from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise, mixture_weights
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.multilingual import MultiCorpusMixin
@@ -29,17 +34,35 @@ def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
     return out
 
 
+def concatenate_for_decoder(pairs: list[tuple[np.ndarray, np.ndarray]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Decoder-only (prefix LM) rows: ``input ++ target``, the next-token labels on the target only, and
+    ``prefix_lengths`` = the input's length (bidirectional over it, causal after: ``nn.masks.prefix_lm_mask``)."""
+    n = max(len(i) + len(t) for i, t in pairs)
+    ids = np.full((len(pairs), n), pad_id, dtype=np.int64)
+    labels = np.full((len(pairs), n), IGNORE_INDEX, dtype=np.int64)
+    real = np.zeros((len(pairs), n), dtype=bool)
+    for row, (i, t) in enumerate(pairs):
+        ids[row, : len(i) + len(t)] = np.concatenate([i, t])
+        labels[row, len(i) - 1: len(i) - 1 + len(t)] = t  # position p - 1 + k predicts the k-th target token
+        real[row, : len(i) + len(t)] = True
+    return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(real),
+            "labels": torch.from_numpy(labels), "prefix_lengths": torch.tensor([len(i) for i, _ in pairs])}
+
+
 class SpanCorruptionCollator:
     """Raw rows -> (encoder ``input_ids``, ``labels`` = targets, ``decoder_input_ids`` = targets shifted right from
-    ``decoder_start_id``), padded to the batch's longest with ``pad_id`` (labels with -100)."""
+    ``decoder_start_id``), padded to the batch's longest with ``pad_id`` (labels with -100); with ``decoder_only``
+    the (input, target) pairs as prefix-LM rows instead (:func:`concatenate_for_decoder`)."""
 
     objective = "span_corruption"
 
     def __init__(self, sentinels: np.ndarray, eos_id: int, pad_id: int, noise_density: float = 0.15,
-                 mean_noise_span_length: float = 3.0, seed: int = 0, decoder_start_id: int | None = None) -> None:
+                 mean_noise_span_length: float = 3.0, seed: int = 0, decoder_start_id: int | None = None,
+                 decoder_only: bool = False) -> None:
         self.sentinels, self.eos_id, self.pad_id = sentinels, eos_id, pad_id
         self.noise_density, self.mean_noise_span_length, self.seed = noise_density, mean_noise_span_length, seed
         self.decoder_start_id = pad_id if decoder_start_id is None else decoder_start_id
+        self.decoder_only = decoder_only
 
     def corrupt(self, tokens: np.ndarray, key: int) -> tuple[np.ndarray, np.ndarray]:
         """(input, target) of one row of real tokens."""
@@ -51,6 +74,8 @@ class SpanCorruptionCollator:
         keys = sample_keys(self.seed, samples)
         pairs = [self.corrupt(np.asarray(s["input_ids"])[np.asarray(s["document_ids"]) >= 0].astype(np.int64), k)
                  for s, k in zip(samples, keys)]
+        if self.decoder_only:
+            return concatenate_for_decoder(pairs, self.pad_id)
         n, m = max(len(i) for i, _ in pairs), max(len(t) for _, t in pairs)
         inputs = np.full((len(pairs), n), self.pad_id, dtype=np.int64)
         targets = np.full((len(pairs), m), IGNORE_INDEX, dtype=np.int64)
@@ -72,8 +97,8 @@ class UL2Collator(SpanCorruptionCollator):
     objective = "mixture_of_denoisers"
 
     def __init__(self, sentinels: np.ndarray, eos_id: int, pad_id: int, mode_ids: dict[str, int],
-                 weights: np.ndarray, seed: int = 0) -> None:
-        super().__init__(sentinels, eos_id, pad_id, seed=seed)
+                 weights: np.ndarray, seed: int = 0, decoder_only: bool = False) -> None:
+        super().__init__(sentinels, eos_id, pad_id, seed=seed, decoder_only=decoder_only)
         self.mode_ids, self.weights = mode_ids, weights
 
     def choose(self, key: int) -> int:
@@ -98,11 +123,14 @@ class SpanCorruptionDataModule(TextDataModule):
     """The role of the token the decoder starts from (T5: pad); the model checks it matches its own."""
 
     def __init__(self, *args: Any, tokenizer: str = "unigram", packing: PackingMode = "contiguous",
-                 noise_density: float = 0.15, mean_noise_span_length: float = 3.0, **kwargs: Any) -> None:
+                 noise_density: float = 0.15, mean_noise_span_length: float = 3.0, decoder_only: bool = False,
+                 **kwargs: Any) -> None:
         """
         Args:
             noise_density: Fraction of raw tokens hidden in noise spans (T5: 0.15).
             mean_noise_span_length: Mean span length in tokens (T5: 3).
+            decoder_only: Rows for a decoder-only prefix LM (input ++ target in seq_len tokens, bidirectional over
+                the input; model: CausalLM) instead of an encoder-decoder (T5 sec. 3.2's "prefix LM").
         """
         super().__init__(*args, tokenizer=tokenizer, packing=packing, **kwargs)
         if not 0.0 < noise_density < 1.0:
@@ -112,7 +140,10 @@ class SpanCorruptionDataModule(TextDataModule):
         if self.packing != "contiguous":
             raise ConfigError(f"data.packing={self.packing}: span corruption reads contiguous raw rows")
         self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
+        self.decoder_only = decoder_only
         self.raw_length, self.target_length = raw_length_for(self.seq_len, noise_density, mean_noise_span_length)
+        if decoder_only:
+            self.raw_length = raw_length_for_concatenated(self.seq_len, noise_density, mean_noise_span_length)
 
     def packed_length(self) -> int:
         return self.raw_length
@@ -129,7 +160,7 @@ class SpanCorruptionDataModule(TextDataModule):
     def collator(self) -> SpanCorruptionCollator:
         tok = self.tokenizer
         return SpanCorruptionCollator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], self.noise_density,
-                                      self.mean_noise_span_length, self.seed)
+                                      self.mean_noise_span_length, self.seed, decoder_only=self.decoder_only)
 
 
 class MultilingualSpanCorruptionDataModule(MultiCorpusMixin, SpanCorruptionDataModule):
@@ -164,8 +195,13 @@ class UL2DataModule(SpanCorruptionDataModule):
         super().__init__(*args, **kwargs)
         self.denoiser_weights = mixture_weights(denoiser_weights)
         self.raw_length, self.target_length = raw_length_for(self.seq_len - 1, 0.15, 3.0)
+        if self.decoder_only:  # every denoiser in use must fit: the rate-0.5 ones make the longest rows
+            self.raw_length = min(self.seq_len - 3 if d.mode == "S" else
+                                  raw_length_for_concatenated(self.seq_len - 1, d.rate, d.mean_span)
+                                  for d, w in zip(UL2_DENOISERS, self.denoiser_weights) if w > 0)
 
     def collator(self) -> UL2Collator:
         tok = self.tokenizer
         modes = {"R": tok.ids["mode_r"], "S": tok.ids["mode_s"], "X": tok.ids["mode_x"]}
-        return UL2Collator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed)
+        return UL2Collator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed,
+                           self.decoder_only)

@@ -23,15 +23,22 @@ from plm_lightning.errors import ConfigError
 
 KINDS: dict[str, dict[str, str]] = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
-    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>", "bos": "<s>", "eos": "</s>"},
-    "gpt2": {"eos": "<|endoftext|>", "bos": "<|endoftext|>", "unk": "<|endoftext|>", "pad": "<|endoftext|>"},
+    # sop / eop start and end GLM's blank spans (Du et al. 2022: <|startofpiece|>, <|endofpiece|>)
+    "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>", "bos": "<s>", "eos": "</s>",
+            "sop": "<|startofpiece|>", "eop": "<|endofpiece|>"},
+    # the fill-in-the-middle sentinels (Bavarian et al. 2022; StarCoder's spelling)
+    "gpt2": {"eos": "<|endoftext|>", "bos": "<|endoftext|>", "unk": "<|endoftext|>", "pad": "<|endoftext|>",
+             "fim_prefix": "<fim_prefix>", "fim_middle": "<fim_middle>", "fim_suffix": "<fim_suffix>"},
     "unigram": {"pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mode_r": "[R]", "mode_s": "[S]", "mode_x": "[X]"},
 }
-TRAINING_VERSION = {"wordpiece": 1, "bpe": 1, "gpt2": 1, "unigram": 3}
+TRAINING_VERSION = {"wordpiece": 1, "bpe": 2, "gpt2": 2, "unigram": 3}
 """Bumped when a kind's training changes, so cached tokenizers of the old recipe are not reused."""
 SENTINELS = 100
 """Sentinel tokens ``<extra_id_0>`` .. ``<extra_id_99>`` appended to a trained unigram vocabulary (T5)."""
-ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "mode_r", "mode_s", "mode_x")
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "mode_r", "mode_s", "mode_x", "sop", "eop", "fim_prefix",
+         "fim_middle", "fim_suffix")
+HF_ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+"""The roles transformers' special_tokens_map knows; the others stay in our tokenizer_config.json."""
 _HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "unigram": "T5Tokenizer"}
 
 
@@ -114,7 +121,7 @@ class TextTokenizer:
         if self.kind == "wordpiece":
             config["do_lower_case"] = True
         (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-        standard = {k: v for k, v in hf_roles.items() if not k.startswith("mode_")}  # UL2's stay in our config
+        standard = {k: v for k, v in hf_roles.items() if k[: -len("_token")] in HF_ROLES}
         (out / "special_tokens_map.json").write_text(json.dumps(standard, indent=2))
 
     @classmethod

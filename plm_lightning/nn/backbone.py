@@ -96,6 +96,7 @@ class TransformerStack(nn.Module):
         num_blocks: int | None = None,
         task_type_ids: Tensor | None = None,
         cache: list[LayerCache] | None = None,
+        block_position_ids: Tensor | None = None,
     ) -> BackboneOutput:
         """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
 
@@ -135,7 +136,7 @@ class TransformerStack(nn.Module):
                 if self.relative_bias is not None else None)
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
 
-        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids, block_position_ids)
         hidden, unpadded = [x], [False]
         relative = self.relative_inputs(length, input_ids.device)
         extra = {"relative": relative} if relative is not None else {}

@@ -33,6 +33,9 @@ class BackboneConfig:
     position_embedding: PositionKind = "learned"
     position_offset: int = 0
     """First position id; RoBERTa starts at padding_idx + 1 = 2."""
+    block_position_embedding: bool = False
+    """GLM's 2D positions (Du et al. 2022, sec. 2.2.2): a second learned table, indexed by the position inside a blank
+    span (0 outside), added to the absolute position embedding."""
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     norm_eps: float = 1e-12
     norm_position: Literal["post", "pre"] = "post"
@@ -204,6 +207,12 @@ PRESETS: dict[str, BackboneConfig] = {
                   vocab_size=4096),
     "tiny-gpt": _gpt2(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, max_position_embeddings=256,
                       vocab_size=4096),
+    # Du et al. 2022 (GLM): a GPT-2-style pre-norm decoder with 2D positions
+    "tiny-glm": _gpt2(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, max_position_embeddings=256,
+                      vocab_size=4096, block_position_embedding=True),
+    "glm-base": _gpt2(vocab_size=50265, max_position_embeddings=512, block_position_embedding=True),
+    "glm-large": _gpt2(vocab_size=50265, max_position_embeddings=512, block_position_embedding=True,
+                       hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     # Turc et al. 2019, "Well-Read Students Learn Better" compact BERTs
     "bert-mini": _bert(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024),
     "bert-small": _bert(hidden_size=512, num_layers=4, num_heads=8, intermediate_size=2048),

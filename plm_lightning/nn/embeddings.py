@@ -35,14 +35,18 @@ class Embeddings(nn.Module):
             self.position = nn.Embedding(cfg.max_position_embeddings, dim)
         elif cfg.position_embedding == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_table(cfg.max_position_embeddings, dim), persistent=False)
+        self.block_position = (nn.Embedding(cfg.max_position_embeddings, dim) if cfg.block_position_embedding
+                               else None)
         self.kind = cfg.position_embedding
         self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else None
         self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, task_type_ids: Tensor | None = None) -> Tensor:
-        """``task_type_ids``: ``[B]`` (one task per sample) or ``[B, L]``; 0 when not given."""
+                position_ids: Tensor | None = None, task_type_ids: Tensor | None = None,
+                block_position_ids: Tensor | None = None) -> Tensor:
+        """``task_type_ids``: ``[B]`` (one task per sample) or ``[B, L]``; 0 when not given. ``block_position_ids``
+        ``[B, L]``: GLM's intra-span positions (0 when not given)."""
         length = input_ids.shape[1]
         x = self.token(input_ids)
         if self.kind in ("learned", "sinusoidal"):
@@ -53,6 +57,9 @@ class Embeddings(nn.Module):
                 x = x + self.position(position_ids)
             else:
                 x = x + self.sinusoid[position_ids].to(x.dtype)
+        if self.block_position is not None:
+            x = x + self.block_position(block_position_ids if block_position_ids is not None
+                                        else torch.zeros_like(input_ids))
         if self.segment is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)

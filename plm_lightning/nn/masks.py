@@ -35,6 +35,28 @@ def prefix_lm_mask(prefix_lengths: Tensor, length: int) -> Tensor:
     return ((k < prefix_lengths[:, None, None]) | (k <= q))[:, None]
 
 
+ATTENTION_KINDS = ("bidirectional", "left_to_right", "right_to_left", "prefix")
+"""The self-attention shapes a batch can ask for by index (``attention_kind``): UniLM's four (Dong et al. 2019,
+Fig. 1) and the prefix-LM of UL2's decoder-only mode and GLM."""
+
+
+def attention_shape(kind: str, length: int, prefix_lengths: Tensor | None = None,
+                    device: torch.device | str | None = None) -> Tensor | None:
+    """The mask of one of :data:`ATTENTION_KINDS`: None (every key), causal, anti-causal (query i sees j >= i) or
+    :func:`prefix_lm_mask` over ``prefix_lengths``."""
+    if kind == "bidirectional":
+        return None
+    if kind == "left_to_right":
+        return causal_mask(length, device)
+    if kind == "right_to_left":
+        return causal_mask(length, device).transpose(-1, -2)
+    if kind == "prefix":
+        if prefix_lengths is None:
+            raise ValueError("attention kind 'prefix' needs prefix_lengths")
+        return prefix_lm_mask(prefix_lengths, length)
+    raise ValueError(f"attention kind {kind!r} is not one of {', '.join(ATTENTION_KINDS)}")
+
+
 def document_mask(document_ids: Tensor) -> Tensor:
     """Block-diagonal mask for packed sequences: a token only sees tokens of its own document. ``[B, L]`` ids."""
     return (document_ids[:, :, None] == document_ids[:, None, :])[:, None]

@@ -18,6 +18,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, document_mask, get_preset, init_weights
 from plm_lightning.nn.flops import training_flops
+from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, combine
 from plm_lightning.objectives.scale import apply_activation_checkpointing, apply_compile, apply_fully_shard
 
 CHECKPOINT_KEY = "plm_lightning"
@@ -145,11 +146,21 @@ class PretrainingModule(L.LightningModule):
         """Last hidden state of ``stack`` on the batch (or on ``input_ids`` in its place, e.g. ELECTRA's replaced
         tokens), with the block-diagonal document mask when the batch packs several documents per row and the batch's
         0-based ``position_ids`` when it has them (XLM's TLM restarts them per language); only at
-        ``output_positions`` ``[B, K]`` when given (see ``TransformerStack.forward``)."""
+        ``output_positions`` ``[B, K]`` when given (see ``TransformerStack.forward``).
+
+        The attention shape is the stack's own (bidirectional encoder, causal decoder) unless the batch asks for one
+        of ``nn.masks.ATTENTION_KINDS``: ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
+        ``prefix_lengths`` ``[B]`` (prefix-LM: UL2's decoder-only mode, GLM's Part A)."""
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         ids = batch["input_ids"] if input_ids is None else input_ids
+        causal = None
+        if "attention_kind" in batch or "prefix_lengths" in batch:
+            kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
+            extra = combine(extra, attention_shape(kind, ids.shape[1], batch.get("prefix_lengths"), ids.device))
+            causal = False
         out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("position_ids"),
-                    mask=extra, output_positions=output_positions, task_type_ids=batch.get("task_type_ids"))
+                    mask=extra, causal=causal, output_positions=output_positions,
+                    task_type_ids=batch.get("task_type_ids"), block_position_ids=batch.get("block_position_ids"))
         return out.last_hidden_state
 
     def run_stack_for_loss(self, stack: nn.Module, batch: dict[str, Tensor], labels: Tensor,

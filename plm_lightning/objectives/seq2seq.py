@@ -37,7 +37,11 @@ class Seq2SeqLM(PretrainingModule):
         super().__init__(*args, **kwargs)
 
     def setup(self, stage: str) -> None:
-        data = getattr(getattr(self.trainer, "datamodule", None), "decoder_start_token", None)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if getattr(datamodule, "decoder_only", False):
+            raise ConfigError("data.decoder_only=true makes prefix-LM rows for a decoder-only model: use "
+                              "model.class_path=plm_lightning.objectives.CausalLM, or data.decoder_only=false")
+        data = getattr(datamodule, "decoder_start_token", None)
         if data is not None and data != self.decoder_start_token:
             raise ConfigError(f"model.decoder_start_token={self.decoder_start_token!r} but the data starts the decoder "
                               f"from {data!r}; set model.decoder_start_token={data}")

@@ -39,6 +39,15 @@ def raw_length_for(inputs_length: int, noise_density: float, mean_noise_span_len
     return tokens, lengths(tokens)[1]
 
 
+def raw_length_for_concatenated(total_length: int, noise_density: float, mean_noise_span_length: float) -> int:
+    """Decoder-only (prefix LM, Raffel et al. 2020 sec. 3.2.1): the longest raw row whose corrupted input and target
+    together fit in ``total_length`` (raw + 2 sentinels per span + 2 EOS)."""
+    tokens = 1
+    while tokens + 1 + 2 * noise_counts(tokens + 1, noise_density, mean_noise_span_length)[1] + 2 <= total_length:
+        tokens += 1
+    return tokens
+
+
 def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:
     """Lengths (all >= 1) of a uniformly random split of ``num_items`` into ``num_segments`` runs."""
     first = np.zeros(num_items, dtype=np.int64)

@@ -9,7 +9,9 @@ import torch
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.nn.masks import causal_mask, combine, document_mask, padding_mask
+from plm_lightning.inspection.batches import sample_batches, stream_mix
+from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
+from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, causal_mask, combine, document_mask, padding_mask
 
 
 def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextDataModule, Any]:
@@ -22,24 +24,6 @@ def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextData
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule, cli.model
-
-
-def _batches(datamodule: TextDataModule, n: int, progress: float | None = None):  # noqa: ANN202
-    """``n`` training batches spread evenly over the first epoch (so schedules show all their stages), or the
-    batch at training ``progress`` (in epochs)."""
-    loader = datamodule.train_dataloader()
-    if progress is not None:
-        loader.sampler.set_epoch(int(progress))
-    keys = list(loader.sampler)
-    bs = datamodule.batch_size
-    total = max(1, len(keys) // bs)
-    if progress is not None:
-        starts = [min(total - 1, int((progress - int(progress)) * total))]
-    else:
-        starts = sorted({int(i * total / min(n, total)) for i in range(min(n, total))})
-    for b in starts:
-        samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
-        yield samples, loader.collate_fn(samples)
 
 
 def _span_words(batch: dict[str, Any], samples: list[dict[str, Any]]) -> list[int]:
@@ -67,80 +51,13 @@ def _runs(mask: np.ndarray) -> list[int]:
     return lengths
 
 
-_NULL_MASKING = {"mask_token_fraction": None, "random_token_fraction": None, "unchanged_fraction": None,
-                 "phrase_token_fraction": None, "entity_token_fraction": None, "stages": None}
-
-
-def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
-    """Encoder-decoder denoising: ``noise_fraction`` is the noised tokens' share of the original tokens (the papers'
-    corruption rate), ``loss_fraction`` the original tokens the decoder predicts (T5, MASS: the noise; BART: the
-    whole row), ``loss_tokens`` every target position (sentinels and EOS too)."""
-    collate = datamodule.collator()
-    markers = set(collate.sentinels.tolist()) | {collate.eos_id}
-    original = noise = predicted = spans = inserted = loss_tokens = 0
-    inputs: list[int] = []
-    targets: list[int] = []
-    streams: list[int] = []
-    per_denoiser: dict[int, list[int]] = {}
-    for samples, batch in _batches(datamodule, batches):
-        if "stream" in batch:
-            streams.extend(batch["stream"].tolist())
-        if "denoiser" in batch:
-            _collect_denoisers(per_denoiser, collate, samples, batch, markers)
-        original += int(sum((np.asarray(s["document_ids"]) >= 0).sum() for s in samples))
-        labels = batch["labels"].numpy()
-        carried = labels != IGNORE_INDEX
-        loss_tokens += int(carried.sum())
-        predicted += int((carried & ~np.isin(labels, list(markers))).sum())
-        if "noise_tokens" in batch:  # BART: the collator counts what its noise did
-            noise += int(batch["noise_tokens"].sum())
-            spans += int(batch["noise_spans"].sum())
-            inserted += int(batch["inserted_tokens"].sum())
-        else:
-            noise += int((carried & ~np.isin(labels, list(markers))).sum())
-            spans += int(np.isin(batch["input_ids"].numpy(), collate.sentinels).sum()) or len(samples)  # MASS: 1
-        inputs.extend(batch["attention_mask"].numpy().sum(1).tolist())
-        targets.extend(carried.sum(1).tolist())
-    return {
-        "objective": type(model).__name__, "corruption": collate.objective, "batches": batches,
-        "tokens": original, "loss_tokens": loss_tokens, "loss_fraction": predicted / original if original else None,
-        "noise_tokens": noise, "noise_fraction": noise / original if original else None, "spans": spans,
-        "mean_span_length": noise / spans if spans else None, **({"inserted_tokens": inserted} if inserted else {}),
-        "input_length_mean": float(np.mean(inputs)) if inputs else None,
-        "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
-        **_stream_mix(datamodule, streams),
-        **({"denoisers": _denoiser_summary(per_denoiser)} if per_denoiser else {}),
-    }
-
-
-def _collect_denoisers(acc: dict[int, list[int]], collate: Any, samples: list[dict[str, Any]], batch: dict[str, Any],
-                       markers: set[int]) -> None:
-    """UL2: per denoiser, [rows, original tokens, noise (target) tokens, spans, input tokens, target tokens]."""
-    labels, inputs = batch["labels"].numpy(), batch["input_ids"].numpy()
-    for row, d in enumerate(batch["denoiser"].tolist()):
-        carried = labels[row][labels[row] != IGNORE_INDEX]
-        real = inputs[row][batch["attention_mask"][row].numpy().astype(bool)]
-        noise = int((~np.isin(carried, list(markers))).sum())
-        spans = int(np.isin(real, collate.sentinels).sum()) or 1  # S: the suffix is one span
-        stats = [1, int((np.asarray(samples[row]["document_ids"]) >= 0).sum()), noise, spans, len(real), len(carried)]
-        acc[d] = [a + b for a, b in zip(acc.get(d, [0] * 6), stats)]
-
-
-def _denoiser_summary(acc: dict[int, list[int]]) -> dict[str, dict[str, float]]:
-    from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
-
-    total = sum(v[0] for v in acc.values())
-    return {UL2_DENOISERS[d].name: {"share": rows / total, "loss_fraction": noise / tokens,
-                                    "mean_span_length": noise / spans, "input_length_mean": inputs / rows,
-                                    "target_length_mean": targets / rows}
-            for d, (rows, tokens, noise, spans, inputs, targets) in sorted(acc.items())}
-
-
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
     """The statistics the design fixes for every objective (null where a field does not apply)."""
     collate = datamodule.collator()
     if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers", "masked_seq2seq", "denoising"):
         return seq2seq_statistics(datamodule, model, batches)
+    if getattr(collate, "objective", "") == "blank_infilling":
+        return blank_infilling_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") != "causal_lm"
     mask_id = datamodule.tokenizer.ids.get("mask")
     tokens = loss_tokens = n_mask = n_random = n_same = 0
@@ -149,13 +66,16 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     in_unit = {"in_phrase": 0, "in_entity": 0}
     stages: list[int] = []
     streams: list[int] = []
+    kinds: list[int] = []
     ernie2: dict[str, list] = {"forms": [], "active": [], "reorder": [], "distance": [], "capitalization": [],
                                "relation": []}
-    for samples, batch in _batches(datamodule, batches):
+    for samples, batch in sample_batches(datamodule, batches):
         if "task_type_ids" in batch:
             _collect_ernie2(ernie2, collate, samples, batch)
         if "stream" in batch:
             streams.extend(batch["stream"].tolist())
+        if "attention_kind" in batch:
+            kinds.append(int(batch["attention_kind"]))
         original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
         real = batch["attention_mask"].numpy().astype(bool)
         labels = batch["labels"].numpy()
@@ -197,8 +117,10 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "phrase_token_fraction": in_unit["in_phrase"] / chosen if stages and chosen else None,
         "entity_token_fraction": in_unit["in_entity"] / chosen if stages and chosen else None,
         "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
-        **_stream_mix(datamodule, streams),
+        **stream_mix(datamodule, streams),
         **_ernie2_summary(ernie2, collate),
+        **({"attention_kind_fraction": {ATTENTION_KINDS[k]: kinds.count(k) / len(kinds) for k in sorted(set(kinds))}}
+           if kinds else {}),
     }
 
 
@@ -238,18 +160,6 @@ def _ernie2_summary(acc: dict[str, list], collate: Any) -> dict[str, Any]:
     }
 
 
-def _stream_mix(datamodule: TextDataModule, streams: list[int]) -> dict[str, Any]:
-    """Multilingual data (XLM, mBERT): the share of measured samples per language / parallel corpus, next to the
-    smoothed sampling probabilities they are drawn with."""
-    names = getattr(datamodule, "stream_names", None)
-    if not names or not streams:
-        return {}
-    counts = np.bincount(streams, minlength=len(names)) / len(streams)
-    target = datamodule.stream_weights()
-    return {"stream_fraction": dict(zip(names, counts.round(4).tolist())),
-            "stream_probability": dict(zip(names, target.round(4).tolist()))}
-
-
 def _bracket_units(sample: dict[str, Any], kind: str, tok: Any, real: int) -> str:
     """The sample's tokens with each multi-token phrase or entity unit in brackets."""
     inside, starts = sample[f"in_{kind}"][:real], sample[f"{kind}_starts"][:real]
@@ -286,46 +196,13 @@ def _render_ernie2(datamodule: TextDataModule, sample: dict[str, Any], batch: di
             out.write(f"{name} (words asked; * = {positive}):\n  {words}\n\n")
 
 
-def _render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, Any], batch: dict[str, Any],
-                    out: TextIO) -> None:
-    """Encoder-decoder: the raw row, the encoder input with its sentinels, the decoder's target, and the masks."""
-    tok = datamodule.tokenizer
-    show = lambda seq: " ".join(tok.id_to_token(t) for t in seq)  # noqa: E731
-    raw = np.asarray(sample["input_ids"])[np.asarray(sample["document_ids"]) >= 0].tolist()
-    real = int(batch["attention_mask"][0].sum())
-    labels = [t for t in batch["labels"][0].tolist() if t != IGNORE_INDEX]
-    collate = datamodule.collator()
-    if "denoiser" in batch:  # UL2: this row's denoiser
-        from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
-
-        corruption = f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
-    elif hasattr(collate, "noise"):  # BART
-        n = collate.noise
-        corruption = (f"{n.mask_length} masking of {n.mask_ratio:g} of the words (replace_length={n.replace_length}, "
-                      f"lambda={n.poisson_lambda:g}, {n.placement}), sentence permutation {n.permute_sentence_ratio:g}, "
-                      f"rotation {n.rotate_ratio:g}, insertion {n.insert_ratio:g}; {int(batch['noise_tokens'][0])} "
-                      f"tokens noised in {int(batch['noise_spans'][0])} spans")
-    elif hasattr(collate, "fragment_ratio"):  # MASS
-        corruption = f"fragment_ratio={collate.fragment_ratio} (fragment starts at {int(batch['fragment_start'][0])})"
-    else:
-        corruption = f"noise_density={collate.noise_density}, mean_noise_span_length={collate.mean_noise_span_length}"
-    out.write(f"objective: {type(model).__name__} ({collate.objective}), encoder seq_len={datamodule.seq_len} "
-              f"(raw rows of {len(raw)} tokens), {corruption}\n\n")
-    out.write(f"original ({len(raw)} tokens):\n  {show(raw)}\n\n")
-    out.write(f"encoder input ({real} tokens):\n  {show(batch['input_ids'][0, :real].tolist())}\n\n")
-    out.write(f"decoder target = loss positions ({len(labels)} tokens):\n  {show(labels)}\n\n")
-    out.write(f"decoder input (target shifted right):\n  {show(batch['decoder_input_ids'][0, :len(labels)].tolist())}"
-              "\n\nattention: encoder bidirectional over its input; decoder causal over the target, cross-attending "
-              "to every encoder token\n")
-
-
 def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24, progress: float = 0.0) -> None:
     """One sample (the first of the batch at training ``progress``, in epochs): original, corrupted input, targets,
     loss positions and a picture of the attention mask."""
     tok = datamodule.tokenizer
-    samples, batch = next(_batches(datamodule, 1, progress))
+    samples, batch = next(sample_batches(datamodule, 1, progress))
     if "decoder_input_ids" in batch:
-        _render_seq2seq(datamodule, model, samples[0], batch, out)
+        render_seq2seq(datamodule, model, samples[0], batch, out)
         return
     original = np.stack([s["input_ids"] for s in samples])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
@@ -358,9 +235,14 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24,
         meaning = "0 = in order, 1 = swapped" if datamodule.packing == "sentence_order" else "0 = continuation, 1 = random"
         out.write(f"sentence label: {int(batch['sentence_label'][0])} ({meaning})\n\n")
     n = min(width, ids.__len__())
+    shape = causal_mask(n) if getattr(model, "causal", False) else None
+    if "attention_kind" in batch or "prefix_lengths" in batch:  # UniLM's batch LM, a prefix LM (GLM, UL2 decoder)
+        kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
+        prefix = batch["prefix_lengths"][:1] if "prefix_lengths" in batch else None
+        shape = attention_shape(kind, n, prefix)
+        out.write(f"attention: {kind}" + (f" (prefix of {int(prefix[0])} tokens)" if kind == "prefix" else "") + "\n\n")
     mask = combine(padding_mask(batch["attention_mask"][:1, :n]),
-                   document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None,
-                   causal_mask(n) if getattr(model, "causal", False) else None)
+                   document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None, shape)
     if mask is None:
         mask = torch.ones(1, 1, n, n, dtype=torch.bool)
     grid = mask.expand(1, 1, n, n)[0, 0]

@@ -1,0 +1,39 @@
+"""The batches ``inspect`` looks at, and the stream (language) mix of multilingual data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from plm_lightning.data.datamodule import TextDataModule
+
+
+def sample_batches(datamodule: TextDataModule, n: int, progress: float | None = None):  # noqa: ANN202
+    """``n`` training batches spread evenly over the first epoch (so schedules show all their stages), or the
+    batch at training ``progress`` (in epochs)."""
+    loader = datamodule.train_dataloader()
+    if progress is not None:
+        loader.sampler.set_epoch(int(progress))
+    keys = list(loader.sampler)
+    bs = datamodule.batch_size
+    total = max(1, len(keys) // bs)
+    if progress is not None:
+        starts = [min(total - 1, int((progress - int(progress)) * total))]
+    else:
+        starts = sorted({int(i * total / min(n, total)) for i in range(min(n, total))})
+    for b in starts:
+        samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
+        yield samples, loader.collate_fn(samples)
+
+
+def stream_mix(datamodule: TextDataModule, streams: list[int]) -> dict[str, Any]:
+    """Multilingual data (XLM, mBERT): the share of measured samples per language / parallel corpus, next to the
+    smoothed sampling probabilities they are drawn with."""
+    names = getattr(datamodule, "stream_names", None)
+    if not names or not streams:
+        return {}
+    counts = np.bincount(streams, minlength=len(names)) / len(streams)
+    target = datamodule.stream_weights()
+    return {"stream_fraction": dict(zip(names, counts.round(4).tolist())),
+            "stream_probability": dict(zip(names, target.round(4).tolist()))}
