@@ -10,6 +10,7 @@ from plm_lightning.data import (
     CausalLMCollator,
     CausalLMDataModule,
     ERNIE2DataModule,
+    FIMDataModule,
     GLMDataModule,
     MaskedLMCollator,
     MaskedLMDataModule,
@@ -32,9 +33,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "GLMDataModule",
-    "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
-    "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus",
-    "get_preset", "mask_tokens",
+    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule",
+    "GLMDataModule", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
+    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
+    "embedded_corpus", "get_preset", "mask_tokens",
 ]

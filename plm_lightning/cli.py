@@ -131,6 +131,7 @@ def _valid_keys(section: str) -> list[str]:
         BARTDataModule,
         CausalLMDataModule,
         ERNIE2DataModule,
+        FIMDataModule,
         GLMDataModule,
         MaskedLMDataModule,
         MASSDataModule,
@@ -145,7 +146,7 @@ def _valid_keys(section: str) -> list[str]:
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
-                        GLMDataModule, UniLMDataModule, CausalLMDataModule, TextDataModule]}
+                        GLMDataModule, UniLMDataModule, FIMDataModule, CausalLMDataModule, TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

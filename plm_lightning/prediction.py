@@ -1,6 +1,6 @@
-"""``predict``: generate from a text file of prompts with a trained causal LM (continue each prompt) or an
-encoder-decoder (T5: fill the sentinels of each prompt; BART: reconstruct the prompt, its ``<mask>`` tokens filled),
-one output per prompt."""
+"""``predict``: generate from a text file of prompts with a trained causal LM (continue each prompt, or fill the
+``<fim_middle>`` hole of a FIM-trained one) or an encoder-decoder (T5: fill the sentinels of each prompt; BART:
+reconstruct the prompt, its ``<mask>`` tokens filled), one output per prompt."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.generation import GenerationConfig, generate
 
 SENTINEL = re.compile(r"<extra_id_(\d+)>")
+FIM_HOLE = "<fim_middle>"
+"""Where a fill-in-the-middle prompt's hole is: ``prefix<fim_middle>suffix``."""
 
 
 def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
@@ -45,6 +47,18 @@ def fill_sentinels(prompt: str, output: str) -> str:
     return SENTINEL.sub(lambda m: spans.get(int(m.group(1)), m.group(0)), prompt)
 
 
+def fill_middle(model: torch.nn.Module, tok: Any, prompt: str, config: GenerationConfig) -> dict[str, str]:
+    """FIM (Bavarian et al. 2022): ``prefix<fim_middle>suffix`` as PSM, ``<PRE> prefix <SUF> suffix <MID>``, the
+    middle generated until end-of-text."""
+    prefix, suffix = prompt.split(FIM_HOLE, 1)
+    encode = lambda text: tok.encode_batch([text])[0] if text else []  # noqa: E731
+    ids = [tok.ids["fim_prefix"], *encode(prefix), tok.ids["fim_suffix"], *encode(suffix), tok.ids["fim_middle"]]
+    eos = tok.ids.get("eos")
+    out = generate(model, torch.tensor([ids]), None, config, eos)[0]
+    middle = tok.decode([t for t in out if t != eos], skip_special_tokens=False)
+    return {"prompt": prompt, "output": middle, "filled": prefix + middle + suffix}
+
+
 def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -> list[dict[str, str]]:
     path = Path(prompts_file)
     if not path.is_file():
@@ -59,6 +73,9 @@ def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -
     framed = encoder_decoder and getattr(model, "decoder_start_token", "pad") == "eos" and "bos" in tok.ids  # BART
     results = []
     for prompt in prompts:
+        if not encoder_decoder and FIM_HOLE in prompt and "fim_prefix" in tok.ids:
+            results.append(fill_middle(model, tok, prompt, config))
+            continue
         ids = tok.encode_batch([prompt])[0]
         if encoder_decoder and eos is not None:
             ids = [*([tok.ids["bos"]] if framed else []), *ids, eos]

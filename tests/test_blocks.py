@@ -315,3 +315,25 @@ def test_training_attention_dropout_on_cpu_runs_the_eager_kernel_with_the_same_s
     outs = torch.stack([attn(x) for _ in range(400)])
     expected = attn.eval()(x)
     assert (outs.mean(0) - expected).abs().max() < 0.1  # inverted dropout is unbiased
+
+
+def test_causal_band_mask_and_banded_layers_see_only_their_window():
+    from plm_lightning.nn.masks import sliding_window_mask
+
+    rect = sliding_window_mask(2, 3, causal=True, key_length=5)[0, 0]  # queries 3, 4 of a cached sequence
+    assert rect.tolist() == [[False, True, True, True, False], [False, False, True, True, True]]
+    cfg = get_preset("tiny-gpt").replace(num_layers=1, local_attention_window=3, global_attention_every=2,
+                                         dropout=0.0, attention_dropout=0.0)
+    stack = Decoder(cfg.replace(num_layers=2)).eval()  # layer 0 dense, layer 1 banded
+    x = torch.randn(1, 8, cfg.hidden_size)
+    block = stack.blocks()[1]
+    out = block(x, mask=sliding_window_mask(8, 3, causal=True))
+    changed = x.clone()
+    changed[0, 2] += 1.0
+    again = block(changed, mask=sliding_window_mask(8, 3, causal=True))
+    moved = (again - out).abs().amax(-1)[0] > 0  # exactly zero outside the band
+    assert moved.tolist() == [False, False, True, True, True, False, False, False]  # positions 2..4 see token 2
+    seen = {}
+    stack.blocks()[1].register_forward_pre_hook(lambda m, a, kw: seen.update(kw), with_kwargs=True)
+    stack(torch.randint(0, 100, (1, 8)))
+    assert torch.equal(seen["mask"], sliding_window_mask(8, 3, causal=True)) and not seen["is_causal"]

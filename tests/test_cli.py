@@ -23,7 +23,8 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
-                                    "mt5", "ul2", "mass", "bart", "gpt2"])
+                                    "mt5", "ul2", "ul2-decoder", "mass", "bart", "glm", "unilm", "gpt2",
+                                    "gpt2-fim", "gpt3"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     steps = 80 if recipe == "mass" else 40  # MASS predicts half of every row: its loss falls more slowly at first
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK, "--trainer.max_steps", str(steps)],
@@ -53,6 +54,18 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
 ])
 def test_bart_bad_input_is_one_line(args, needles, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "bart.yaml"), "--trainer.max_steps", "1", *args],
+                  cwd=tmp_path)
+    _one_line_error(res, *needles)
+
+
+@pytest.mark.parametrize("recipe,args,needles", [
+    ("t5", ["--data.decoder_only", "true"], ["data.decoder_only=true", "CausalLM"]),
+    ("ul2-decoder", ["--data.decoder_only", "false"], ["set data.decoder_only=true", "Seq2SeqLM"]),
+    ("glm", ["--data.mask_ratio", "1.5"], ["data.mask_ratio=1.5"]),
+    ("unilm", ["--data.lm_mixture", "[1, 0]"], ["data.lm_mixture", "4 non-negative weights"]),
+])
+def test_unified_mask_recipes_bad_input_is_one_line(recipe, args, needles, tmp_path):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_steps", "1", *args],
                   cwd=tmp_path)
     _one_line_error(res, *needles)
 
@@ -170,7 +183,9 @@ def test_json_config_roundtrip_of_cli_defaults():
                                               ("deberta-v3", "ELECTRA"), ("ernie", "MaskedLM"),
                                               ("ernie2", "ERNIE2"), ("xlm", "MaskedLM"), ("t5", "Seq2SeqLM"),
                                               ("mt5", "Seq2SeqLM"), ("ul2", "Seq2SeqLM"),
-                                              ("mass", "Seq2SeqLM"), ("bart", "Seq2SeqLM"), ("gpt2", "CausalLM")])
+                                              ("mass", "Seq2SeqLM"), ("bart", "Seq2SeqLM"), ("glm", "CausalLM"),
+                                              ("unilm", "MaskedLM"), ("ul2-decoder", "CausalLM"), ("gpt2", "CausalLM"),
+                                              ("gpt2-fim", "CausalLM")])
 def test_inspect_json_statistics(recipe, objective, tmp_path):
     res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                   cwd=tmp_path)
@@ -194,6 +209,18 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
     elif recipe == "bart":  # Lewis et al. 2020: text infilling of 30% of the words; the decoder writes every token
         assert abs(stats["noise_fraction"] - 0.30) < 0.02 and stats["loss_fraction"] > 0.95
         assert 3.0 < stats["mean_span_length"] < 4.5 and stats["input_length_mean"] < stats["target_length_mean"]
+    elif recipe == "gpt2-fim":  # Bavarian et al. 2022: half of the documents in FIM layout, loss on every token
+        assert abs(stats["fim_document_fraction"] - 0.5) < 0.1 and stats["loss_fraction"] > 0.98
+    elif recipe == "glm":  # Du et al. 2022: Poisson(3) spans until at least 15%; Part A + Part B fill seq_len
+        assert 0.15 <= stats["noise_fraction"] < 0.19 and 2.9 < stats["mean_span_length"] < 3.5
+        assert 110 < stats["sequence_length_mean"] <= 128
+    elif recipe == "unilm":  # Dong et al. 2019: BERT masking under the LMs of the batches
+        assert abs(stats["loss_fraction"] - 0.15) < 0.01 and abs(stats["mask_token_fraction"] - 0.8) < 0.05
+        assert set(stats["attention_kind_fraction"]) <= {"bidirectional", "left_to_right", "right_to_left", "prefix"}
+    elif recipe == "ul2-decoder":  # the same denoisers as prefix-LM rows: the rates hold, rows fit seq_len
+        d = stats["denoisers"]
+        assert len(d) == 7 and abs(d["X(3, 0.5)"]["loss_fraction"] - 0.5) < 0.02
+        assert all(v["input_length_mean"] + v["target_length_mean"] <= 128 for v in d.values())
     elif recipe == "mass":  # Song et al. 2019: a fragment of 50% of each row
         assert abs(stats["loss_fraction"] - 0.5) < 0.02 and stats["target_length_mean"] == 64
     elif recipe == "ul2":  # seven denoisers, each with its own rate; R(3, 0.15) fills the input exactly
@@ -209,7 +236,7 @@ def test_inspect_json_statistics(recipe, objective, tmp_path):
         assert stats["mask_token_fraction"] is None
     elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
         assert abs(stats["loss_fraction"] - 0.30) < 0.01
-    elif recipe != "gpt2":
+    elif recipe not in ("gpt2", "gpt2-fim"):
         if recipe == "xlm":  # English, Fake-English and the TLM pairs, drawn with their smoothed probabilities
             assert stats["stream_probability"] == {"en": pytest.approx(0.25, abs=0.01),
                                                    "fake": pytest.approx(0.25, abs=0.01), "en-fake": 0.5}
@@ -294,5 +321,11 @@ def test_predict_fills_t5_sentinels_reconstructs_bart_and_continues_gpt2(tmp_pat
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout.strip())
     assert row["prompt"] == "Return the <mask> of the list." and not row["output"].startswith("<s>")
+    fim = _two_step_checkpoint("gpt2-fim", tmp_path / "fim")
+    (tmp_path / "f.txt").write_text("def add(a, b):<fim_middle> return c\n")
+    res = run_cli(["predict", str(fim), str(tmp_path / "f.txt"), "--max_new_tokens", "4", "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout.strip())
+    assert row["filled"] == "def add(a, b):" + row["output"] + " return c"
     _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
     _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")

@@ -16,7 +16,10 @@ def _models():
     torch.manual_seed(0)
     models = {"gpt": CausalLM(backbone="tiny-gpt", vocab_size=97), "t5": Seq2SeqLM(backbone="tiny-t5", vocab_size=97),
               "t5-v1_1": Seq2SeqLM(backbone="tiny-t5-v1_1", vocab_size=97),
-              "bart": Seq2SeqLM(backbone="tiny-bart", vocab_size=97, decoder_start_token="eos")}
+              "bart": Seq2SeqLM(backbone="tiny-bart", vocab_size=97, decoder_start_token="eos"),
+              # GPT-3's alternating dense and locally banded layers: the cache must keep the band
+              "gpt-banded": CausalLM(backbone="tiny-gpt", vocab_size=97,
+                                     backbone_overrides={"local_attention_window": 4, "global_attention_every": 2})}
     with torch.no_grad():
         for model in models.values():
             for name, p in model.named_parameters():
@@ -34,7 +37,7 @@ def _prompt(kind, rows=2, length=9):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 97, (rows, length), generator=g)
     mask = torch.ones_like(ids)
-    if kind != "gpt" and rows > 1:
+    if not kind.startswith("gpt") and rows > 1:
         mask[1, 6:] = 0
         ids[1, 6:] = 0
     return ids, mask
@@ -45,7 +48,7 @@ def _prompt(kind, rows=2, length=9):
 def test_cache_gives_the_same_tokens_as_recomputation(kind, strategy):
     model = MODELS[kind]
     ids, mask = _prompt(kind)
-    start = None if kind == "gpt" else 0
+    start = None if kind.startswith("gpt") else 0
     runs = [generate(model, ids, mask, GenerationConfig(strategy, max_new_tokens=12, num_beams=3, top_k=20,
                                                         top_p=0.9, seed=5, use_cache=cache), None, start)
             for cache in (True, False)]
@@ -60,7 +63,7 @@ def test_beam_search_with_every_token_as_a_beam_is_exact(kind):
 
     model = MODELS[kind]
     ids, _ = _prompt(kind, rows=1)
-    start = None if kind == "gpt" else 0
+    start = None if kind.startswith("gpt") else 0
     beam = generate(model, ids, None, GenerationConfig("beam", max_new_tokens=2, num_beams=97, length_penalty=0.0),
                     None, start)[0]
     state = Decoding(model, use_cache=False)
@@ -156,7 +159,7 @@ def test_cached_step_logits_equal_recomputed_ones(kind):
     runs = []
     for cache in (True, False):
         state = Decoding(model, cache)
-        sequence = state.start(ids, mask, None if kind == "gpt" else 0)
+        sequence = state.start(ids, mask, None if kind.startswith("gpt") else 0)
         steps, new = [], sequence.shape[1]
         with torch.no_grad():
             for t in range(forced.shape[1]):

@@ -4,6 +4,7 @@ from plm_lightning.data.bart import BARTCollator, BARTDataModule
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
 from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
+from plm_lightning.data.fim import FIMCollator, FIMDataModule
 from plm_lightning.data.glm import GLMCollator, GLMDataModule
 from plm_lightning.data.mass import MASSCollator, MASSDataModule
 from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
@@ -22,10 +23,10 @@ from plm_lightning.data.unilm import UniLMCollator, UniLMDataModule
 
 __all__ = [
     "BARTCollator", "BARTDataModule", "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator",
-    "ERNIE2DataModule", "GLMCollator", "GLMDataModule", "MASSCollator", "MASSDataModule", "MaskedLMCollator",
-    "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule", "MultilingualMLMCollator",
-    "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator", "UniLMDataModule",
-    "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities",
-    "split_sentences", "train_tokenizer",
+    "ERNIE2DataModule", "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
+    "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
+    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator",
+    "UniLMDataModule", "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys",
+    "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

@@ -58,7 +58,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         return seq2seq_statistics(datamodule, model, batches)
     if getattr(collate, "objective", "") == "blank_infilling":
         return blank_infilling_statistics(datamodule, model, batches)
-    corrupting = getattr(collate, "objective", "") != "causal_lm"
+    corrupting = getattr(collate, "objective", "") not in ("causal_lm", "fill_in_the_middle")
+    fim = [0, 0]
     mask_id = datamodule.tokenizer.ids.get("mask")
     tokens = loss_tokens = n_mask = n_random = n_same = 0
     spans: list[int] = []
@@ -76,6 +77,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
             streams.extend(batch["stream"].tolist())
         if "attention_kind" in batch:
             kinds.append(int(batch["attention_kind"]))
+        if "fim_documents" in batch:  # FIM: documents moved into PSM/SPM layout, of all
+            fim = [fim[0] + int(batch["fim_documents"].sum()), fim[1] + int(batch["documents"].sum())]
         original = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
         real = batch["attention_mask"].numpy().astype(bool)
         labels = batch["labels"].numpy()
@@ -119,6 +122,7 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
         **stream_mix(datamodule, streams),
         **_ernie2_summary(ernie2, collate),
+        **({"fim_document_fraction": fim[0] / fim[1]} if fim[1] else {}),
         **({"attention_kind_fraction": {ATTENTION_KINDS[k]: kinds.count(k) / len(kinds) for k in sorted(set(kinds))}}
            if kinds else {}),
     }

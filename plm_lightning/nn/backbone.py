@@ -110,8 +110,10 @@ class TransformerStack(nn.Module):
         length = input_ids.shape[1]
         past = 0
         if cache is not None:  # incremental decoding: input_ids are the new tokens after `past` cached ones
-            if self.cfg.unpad or self.relative_embeddings is not None or self.cfg.local_attention_window is not None:
-                raise ValueError("the key-value cache serves dense, absolute / rotary / T5-bucket attention stacks")
+            if self.cfg.unpad or self.relative_embeddings is not None or (self.cfg.local_attention_window is not None
+                                                                          and not causal):
+                raise ValueError("the key-value cache serves dense or causal-banded, absolute / rotary / T5-bucket "
+                                 "attention stacks")
             past = cache[0].self_attn.length
             if position_ids is None:
                 position_ids = torch.arange(past, past + length, device=input_ids.device)[None]
@@ -130,7 +132,8 @@ class TransformerStack(nn.Module):
                 local_rope = self.local_rotary(pos)
         local_mask = self_mask
         if self.cfg.local_attention_window is not None:
-            window = sliding_window_mask(length, self.cfg.local_attention_window, causal, input_ids.device)
+            window = sliding_window_mask(length, self.cfg.local_attention_window, causal, input_ids.device,
+                                         key_length=past + length)
             local_mask = combine(self_mask, window)
         bias = (self.relative_bias(length, past + length, input_ids.device, query_offset=past)
                 if self.relative_bias is not None else None)

@@ -68,7 +68,9 @@ class BackboneConfig:
     local_rope_theta: float | None = None
     """RoPE base of the sliding-window layers (ModernBERT: 10k, with 160k in the global layers); None = rope_theta."""
     local_attention_window: int | None = None
-    """Sliding-window self-attention, ``|i - j| <= window // 2`` (ModernBERT: 128), in every layer except each
+    """Sliding-window self-attention, ``|i - j| <= window // 2`` (ModernBERT: 128) or, in a causal stack, the last
+    ``window`` tokens (GPT-3's "locally banded sparse attention", Brown et al. 2020 sec. 2.1, with
+    ``global_attention_every: 2`` for its alternation of dense and banded layers), in every layer except each
     ``global_attention_every``-th (counting from layer 0); None = global attention everywhere."""
     global_attention_every: int = 1
     relative_position_buckets: int = 256

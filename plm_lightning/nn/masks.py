@@ -62,10 +62,13 @@ def document_mask(document_ids: Tensor) -> Tensor:
     return (document_ids[:, :, None] == document_ids[:, None, :])[:, None]
 
 
-def sliding_window_mask(length: int, window: int, causal: bool = False, device: torch.device | str | None = None) -> Tensor:
-    """Local attention (Longformer, ModernBERT local layers): ``|i - j| <= window // 2`` or ``0 <= i - j < window``."""
-    q = torch.arange(length, device=device)[:, None]
-    k = torch.arange(length, device=device)[None, :]
+def sliding_window_mask(length: int, window: int, causal: bool = False, device: torch.device | str | None = None,
+                        key_length: int | None = None) -> Tensor:
+    """Local attention (Longformer, ModernBERT local layers): ``|i - j| <= window // 2``, or causal
+    ``0 <= i - j < window`` (GPT-3's banded layers; queries offset by a longer key cache)."""
+    key_length = length if key_length is None else key_length
+    q = torch.arange(length, device=device)[:, None] + (key_length - length)
+    k = torch.arange(key_length, device=device)[None, :]
     if causal:
         allowed = (q - k >= 0) & (q - k < window)
     else:

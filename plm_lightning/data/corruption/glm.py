@@ -41,8 +41,12 @@ def nlu_spans(length: int, ratio: float, lam: float, rng: np.random.Generator) -
     (``blocklm_utils.sample_spans``: each span's gap drawn uniformly, then sorted)."""
     lengths = poisson_span_lengths(max(1, int(np.ceil(length * ratio))), lam, rng, trim=False, min_length=1,
                                    max_length=39)
-    while len(lengths) and lengths.sum() + len(lengths) - 1 > length:  # too many for a short row
-        lengths = lengths[:-1]
+    while len(lengths) and lengths.sum() + len(lengths) - 1 > length:  # a short row: shorten, then drop, the last
+        excess = int(lengths.sum()) + len(lengths) - 1 - length
+        if lengths[-1] > 1:
+            lengths[-1] -= min(excess, int(lengths[-1]) - 1)
+        else:
+            lengths = lengths[:-1]
     free = length - int(lengths.sum()) - len(lengths) + 1
     places = np.sort(rng.integers(0, free + 1, len(lengths)))
     spans, offset = [], 0
