@@ -85,3 +85,10 @@ def test_objectives_give_the_same_loss_and_gradients_fused_or_not(objective, bac
     grads = dict(plain.named_parameters())
     for name, p in fused.named_parameters():
         assert torch.allclose(p.grad, grads[name].grad, atol=1e-5), name
+
+
+def test_no_rows_give_zero_gradients():
+    hidden, weight, b, _ = _inputs(3, 8, 30, True, 0)
+    out = linear_cross_entropy(hidden[:0], weight, b, torch.zeros(0, dtype=torch.long))
+    (grad,) = torch.autograd.grad(out.loss, weight, torch.tensor(1.0))  # the loss is NaN (a mean of nothing)
+    assert torch.equal(grad, torch.zeros_like(weight))

@@ -39,7 +39,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         predictions = torch.empty(n, dtype=torch.long, device=hidden.device)
         w = weight.to(dtype)
         grad_hidden = torch.empty_like(hidden) if grads else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if grads else None
+        grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device) if grads else None
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if grads and bias is not None \
             else None
         with torch.autocast(hidden.device.type, enabled=False):
@@ -60,10 +60,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_bias += probs.sum(0)
                 g = probs.to(dtype)
                 grad_hidden[start:start + rows] = (g @ w).to(hidden.dtype)
-                if dtype == torch.float32:
+                if start == 0:  # the first chunk writes the gradient (no zero-fill of a [V, H] buffer)
+                    torch.mm(g.t(), h, out=grad_weight) if dtype == torch.float32 else grad_weight.copy_(g.t() @ h)
+                elif dtype == torch.float32:
                     grad_weight.addmm_(g.t(), h)
                 else:
                     grad_weight += (g.t() @ h).float()
+        if grad_weight is not None and n == 0:
+            grad_weight.zero_()
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.mark_non_differentiable(predictions, token_losses)
         ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
