@@ -260,6 +260,12 @@ def test_mt5_import_matches_transformers(tmp_path):
     ours.load_state_dict(ckpt["state_dict"])
     batch = _batch()
     assert (_ours(ours.eval(), batch) - _theirs(hf, batch)).abs().max() <= 1e-4
+    from plm_lightning.generation import GenerationConfig, generate  # identical greedy generations
+
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    theirs = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, num_beams=1,
+                         eos_token_id=None, min_new_tokens=8)
+    assert [row[1:].tolist() for row in theirs] == generate(ours, ids, mask, GenerationConfig(max_new_tokens=8), None, 0)
 
 
 def test_multilingual_span_corruption_samples_languages_by_alpha(tmp_path):
