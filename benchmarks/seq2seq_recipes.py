@@ -44,12 +44,8 @@ def _hf_t5(v1_1: bool) -> torch.nn.Module:
     return T5ForConditionalGeneration(cfg).train()
 
 
-def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
-    raw, _ = raw_length_for(seq, 0.15, 3.0)
-    collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
-    d = collate(_samples(batch, raw))
-    ours = Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train()
-    hf = _hf_t5(v1_1)
+def _versus_hf(ours: Seq2SeqLM, hf: torch.nn.Module, d: dict, repeats: int, name: str, counterpart: str) -> dict:
+    """One training step of each on the same batch, interleaved; tokens = encoder + decoder tokens."""
     t = interleaved_timing({
         "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
         "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
@@ -57,13 +53,21 @@ def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
                                       decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"]).loss),
     }, repeats=repeats)
     tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
-    name = "T5.1.1-base" if v1_1 else "T5-base"
-    return {"benchmark": f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)",
-            "counterpart": "T5ForConditionalGeneration", "threads": torch.get_num_threads(),
+    return {"benchmark": name, "counterpart": counterpart, "threads": torch.get_num_threads(),
             "ours_tokens_per_s": round(tokens / t["ours"]["median"], 1),
             "hf_tokens_per_s": round(tokens / t["hf"]["median"], 1),
             "ours_s_per_step_median": round(t["ours"]["median"], 4), "hf_s_per_step_median": round(t["hf"]["median"], 4),
             "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
+
+
+def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
+    raw, _ = raw_length_for(seq, 0.15, 3.0)
+    collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
+    d = collate(_samples(batch, raw))
+    ours = Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train()
+    name = "T5.1.1-base" if v1_1 else "T5-base"
+    return _versus_hf(ours, _hf_t5(v1_1), d, repeats, f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)",
+                      "T5ForConditionalGeneration")
 
 
 BART_VOCAB = 50265
@@ -95,19 +99,8 @@ def bart(batch: int, seq: int, repeats: int) -> dict:
                                                  encoder_attention_heads=12, decoder_attention_heads=12,
                                                  encoder_ffn_dim=3072, decoder_ffn_dim=3072, dropout=0.1,
                                                  attention_dropout=0.1, activation_dropout=0.1)).train()
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      decoder_input_ids=d["decoder_input_ids"],
-                                      decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"]).loss),
-    }, repeats=repeats)
-    tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
-    return {"benchmark": f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)",
-            "counterpart": "BartForConditionalGeneration", "threads": torch.get_num_threads(),
-            "ours_tokens_per_s": round(tokens / t["ours"]["median"], 1),
-            "hf_tokens_per_s": round(tokens / t["hf"]["median"], 1),
-            "ours_s_per_step_median": round(t["ours"]["median"], 4), "hf_s_per_step_median": round(t["hf"]["median"], 4),
-            "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
+    return _versus_hf(ours, hf, d, repeats, f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)",
+                      "BartForConditionalGeneration")
 
 
 def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> dict:

@@ -43,3 +43,39 @@ def masked_batch(batch: int = 3, length: int = 40, vocab: int = 101, mask_prob: 
     chosen[:, 0] = False
     labels[chosen] = ids[chosen]
     return {"input_ids": ids.masked_fill(chosen, 4), "labels": labels, "attention_mask": mask}
+
+
+def seq2seq_batch(pad_id: int = 0, start_id: int = 0) -> dict:
+    """A small encoder-decoder batch (30 encoder tokens, the second row padded from 22 with ``pad_id``; 9 decoder
+    tokens starting from ``start_id``) for parity tests against transformers."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 100, (2, 30), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 22:] = 0
+    ids[1, 22:] = pad_id
+    dec = torch.randint(3, 100, (2, 9), generator=g)
+    dec[:, 0] = start_id
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
+            "decoder_attention_mask": torch.ones_like(dec)}
+
+
+def spread_biases(model):  # noqa: ANN001, ANN201
+    """Random-weight parity: move every 1-D parameter (biases, norm weights) off its initial value, so a mapping
+    that swaps or drops one shows in the logits; returns the model in eval mode."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def decoder_logits(module, batch: dict):  # noqa: ANN001, ANN201
+    """Our Seq2SeqLM's LM logits under teacher forcing."""
+    import torch
+
+    with torch.no_grad():
+        return module.lm_head(module.decode(batch))

@@ -16,6 +16,7 @@ from plm_lightning.data.corruption.bart_noise import BARTNoise, bart_noise, mask
 from plm_lightning.data.corruption.poisson_spans import poisson_span_lengths
 from plm_lightning.objectives import Seq2SeqLM
 from plm_lightning.objectives.base import CHECKPOINT_KEY
+from tests.conftest import decoder_logits, seq2seq_batch, spread_biases
 
 BOS, EOS, MASK = 0, 2, 4
 RANDOM_IDS = np.arange(5, 50)
@@ -196,29 +197,7 @@ def _hf_bart():
                                   encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
                                   decoder_ffn_dim=48, max_position_embeddings=64, init_std=0.2, pad_token_id=1,
                                   bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
-    model = transformers.BartForConditionalGeneration(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
-
-
-def _batch():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 100, (2, 30), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 22:] = 0
-    ids[1, 22:] = 1
-    dec = torch.randint(3, 100, (2, 9), generator=g)
-    dec[:, 0] = 2
-    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
-            "decoder_attention_mask": torch.ones_like(dec)}
-
-
-def _logits(module, batch):
-    with torch.no_grad():
-        return module.lm_head(module.decode(batch))
+    return spread_biases(transformers.BartForConditionalGeneration(cfg))
 
 
 def test_bart_import_then_export_matches_transformers(tmp_path):
@@ -232,11 +211,11 @@ def test_bart_import_then_export_matches_transformers(tmp_path):
     ours = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}).eval()
     ours.load_state_dict(ckpt["state_dict"])
     assert ours.decoder_start_token == "eos"
-    batch = _batch()
+    batch = seq2seq_batch(pad_id=1, start_id=2)
     with torch.no_grad():
         expected = hf(**batch).logits
     assert expected.std() > 0.5  # spread-out weights: a wrong mapping cannot hide in tiny logits
-    assert (_logits(ours, batch) - expected).abs().max() <= 1e-4
+    assert (decoder_logits(ours, batch) - expected).abs().max() <= 1e-4
     export_checkpoint(tmp_path / "ours.ckpt", tmp_path / "exported")
     config = json.loads((tmp_path / "exported" / "config.json").read_text())
     assert config["architectures"] == ["BartForConditionalGeneration"] and config["decoder_start_token_id"] == 2
@@ -255,9 +234,9 @@ def test_our_bart_exports_to_transformers(tmp_path):
                 CHECKPOINT_KEY: {"objective": "Seq2SeqLM", "backbone": module.config.to_dict()}}, tmp_path / "m.ckpt")
     export_checkpoint(tmp_path / "m.ckpt", tmp_path / "hf")
     hf = transformers.BartForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
-    batch = _batch()
+    batch = seq2seq_batch(pad_id=1, start_id=2)
     with torch.no_grad():
-        assert (_logits(module, batch) - hf(**batch).logits).abs().max() <= 1e-4
+        assert (decoder_logits(module, batch) - hf(**batch).logits).abs().max() <= 1e-4
 
 
 def test_non_bart_seq2seq_export_and_nonzero_logits_bias_are_refused(tmp_path):

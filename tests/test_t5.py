@@ -22,6 +22,7 @@ from plm_lightning.data.corruption.t5_span import (
 from plm_lightning.data.tokenizer import train_tokenizer
 from plm_lightning.objectives import Seq2SeqLM
 from plm_lightning.objectives.base import CHECKPOINT_KEY
+from tests.conftest import decoder_logits, seq2seq_batch, spread_biases
 
 
 def test_raw_length_is_t5s():
@@ -149,29 +150,7 @@ def _hf_t5(v1_1: bool):
                                 relative_attention_num_buckets=8, relative_attention_max_distance=20,
                                 feed_forward_proj="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1,
                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    model = transformers.T5ForConditionalGeneration(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
-
-
-def _batch():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 100, (2, 30), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 22:] = 0
-    ids[1, 22:] = 0
-    dec = torch.randint(3, 100, (2, 9), generator=g)
-    dec[:, 0] = 0
-    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
-            "decoder_attention_mask": torch.ones_like(dec)}
-
-
-def _ours(module, batch):
-    with torch.no_grad():
-        return module.lm_head(module.decode(batch))
+    return spread_biases(transformers.T5ForConditionalGeneration(cfg))
 
 
 def _theirs(model, batch):
@@ -191,9 +170,9 @@ def test_t5_import_then_export_matches_transformers(v1_1, tmp_path):
     ours = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
     ours.load_state_dict(ckpt["state_dict"])
     ours.eval()
-    batch = _batch()
+    batch = seq2seq_batch()
     expected = _theirs(hf, batch)
-    assert (_ours(ours, batch) - expected).abs().max() <= 1e-4
+    assert (decoder_logits(ours, batch) - expected).abs().max() <= 1e-4
     export_checkpoint(tmp_path / "ours.ckpt", tmp_path / "exported")
     config = json.loads((tmp_path / "exported" / "config.json").read_text())
     assert config["architectures"] == ["T5ForConditionalGeneration"]
@@ -217,8 +196,8 @@ def test_our_t5_exports_to_transformers(preset, overrides, tmp_path):
     _save(module, tmp_path / "m.ckpt")
     export_checkpoint(tmp_path / "m.ckpt", tmp_path / "hf")
     hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
-    batch = _batch()
-    assert (_ours(module, batch) - _theirs(hf, batch)).abs().max() <= 1e-4
+    batch = seq2seq_batch()
+    assert (decoder_logits(module, batch) - _theirs(hf, batch)).abs().max() <= 1e-4
 
 
 def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
@@ -240,8 +219,8 @@ def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
     ckpt = torch.load(tmp_path / "back.ckpt", weights_only=True)
     back = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
     back.load_state_dict(ckpt["state_dict"])
-    batch = _batch()
-    assert torch.equal(_ours(back.eval(), batch), _ours(module, batch))
+    batch = seq2seq_batch()
+    assert torch.equal(decoder_logits(back.eval(), batch), decoder_logits(module, batch))
 
 
 def test_mt5_import_matches_transformers(tmp_path):
@@ -258,8 +237,8 @@ def test_mt5_import_matches_transformers(tmp_path):
     ckpt = torch.load(tmp_path / "ours.ckpt", weights_only=True)
     ours = Seq2SeqLM(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
     ours.load_state_dict(ckpt["state_dict"])
-    batch = _batch()
-    assert (_ours(ours.eval(), batch) - _theirs(hf, batch)).abs().max() <= 1e-4
+    batch = seq2seq_batch()
+    assert (decoder_logits(ours.eval(), batch) - _theirs(hf, batch)).abs().max() <= 1e-4
     from plm_lightning.generation import GenerationConfig, generate  # identical greedy generations
 
     ids, mask = batch["input_ids"], batch["attention_mask"]

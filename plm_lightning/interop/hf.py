@@ -31,13 +31,20 @@ from plm_lightning.interop.t5 import t5_config, t5_from_config, t5_from_hf, t5_t
 from plm_lightning.nn.config import BackboneConfig
 
 
+def differences(cfg: BackboneConfig, wanted: dict[str, Any], activations: tuple[str, ...] | None = None) -> list[str]:
+    """The config fields that keep ``cfg`` out of a transformers architecture: each ``wanted`` value it lacks, and
+    ``activation`` when it is not one of ``activations``."""
+    bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+    return bad + (["activation"] if activations is not None and cfg.activation not in activations else [])
+
+
 def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tokenizer_kind: str | None,
               sentence_prediction: str = "none", part: str = "discriminator") -> str:
     """Which transformers architecture a checkpoint of ours exports to, or a ConfigError saying why none fits."""
     if objective == "CausalLM":
         wanted = dict(norm_position="pre", norm="layernorm", activation="gelu_new", position_embedding="learned",
                       type_vocab_size=0, bias=True, embedding_size=None, layer_sharing="none")
-        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+        bad = differences(cfg, wanted)
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
         return "gpt2"
@@ -45,9 +52,7 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         wanted = dict(norm="layernorm", norm_position="post", bias=True, embedding_norm=True, type_vocab_size=0,
                       embedding_size=None, layer_sharing="none", position_offset=2, tie_word_embeddings=True,
                       tied_output_scaling=False, task_type_vocab_size=0)
-        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
-        if cfg.activation not in ("gelu", "relu", "gelu_new"):
-            bad.append("activation")
+        bad = differences(cfg, wanted, ("gelu", "relu", "gelu_new"))
         if bad:
             raise ConfigError(f"export: this Seq2SeqLM differs from BART in {bad}; BartForConditionalGeneration "
                               "cannot hold it")
@@ -55,9 +60,7 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
     if objective == "Seq2SeqLM":
         wanted = dict(position_embedding="t5_relative", norm="rmsnorm", norm_position="pre", bias=False,
                       embedding_norm=False, type_vocab_size=0, embedding_size=None, layer_sharing="none")
-        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
-        if cfg.activation not in ("relu", "geglu_tanh"):
-            bad.append("activation")
+        bad = differences(cfg, wanted, ("relu", "geglu_tanh"))
         if bad:
             raise ConfigError(f"export: this Seq2SeqLM differs from T5 in {bad}; T5ForConditionalGeneration cannot "
                               "hold it")
@@ -67,7 +70,7 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
     if objective == "MaskedLM" and cfg.position_embedding == "rope":
         wanted = dict(norm_position="pre", norm="layernorm", activation="geglu", type_vocab_size=0, embedding_norm=True,
                       embedding_size=None, layer_sharing="none", first_attention_norm=False)
-        bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
+        bad = differences(cfg, wanted)
         if bad or sentence_prediction != "none":
             raise ConfigError(f"export: a RoPE MaskedLM exports as ModernBertForMaskedLM, which it differs from in "
                               f"{bad or ['sentence_prediction']}")
@@ -80,10 +83,8 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
             raise ConfigError("export: a disentangled-attention model exports as DebertaV2ForMaskedLM: an MLM-only "
                               "post-norm encoder without factorized embeddings or shared layers")
         return "deberta-v2"
-    wanted = dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True)
-    bad = [k for k, v in wanted.items() if getattr(cfg, k) != v]
-    if cfg.activation not in ("gelu", "relu", "gelu_new"):
-        bad.append("activation")
+    bad = differences(cfg, dict(norm_position="post", norm="layernorm", position_embedding="learned", bias=True),
+                      ("gelu", "relu", "gelu_new"))
     if bad:
         raise ConfigError(f"export: this {objective} differs from BERT/RoBERTa/ALBERT/ELECTRA in {bad}; no "
                           "transformers class holds it")
