@@ -1,4 +1,5 @@
-"""Generation tokens/s with and without the key-value cache (greedy), for GPT-2-small and T5-base, side by side.
+"""Generation tokens/s with and without the key-value cache (greedy), for GPT-2-small, T5-base, BART-base and a
+GPT-3-style banded GPT-2-small (dense and 256-token banded layers alternating), side by side.
 
     python -m benchmarks.generation [--threads 2] [--prompt 32] [--new 64] [--batch 1]
 
@@ -36,7 +37,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models = {"GPT-2-small": (CausalLM(backbone="gpt2", vocab_size=50257), None),
-              "T5-base": (Seq2SeqLM(backbone="t5-base", vocab_size=32128), 0)}
+              "T5-base": (Seq2SeqLM(backbone="t5-base", vocab_size=32128), 0),
+              "BART-base": (Seq2SeqLM(backbone="bart-base", vocab_size=50265, decoder_start_token="eos"), 2),
+              "GPT-3-style banded GPT-2-small": (CausalLM(backbone="gpt2", vocab_size=50257, backbone_overrides={
+                  "local_attention_window": 256, "global_attention_every": 2}), None)}
     for name, (model, start) in models.items():
         model.eval()
         ids = torch.randint(3, 30000, (args.batch, args.prompt))
