@@ -3,7 +3,6 @@ metrics, token counters, checkpoint metadata and the scale hooks (activation che
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from plm_lightning.nn import BackboneConfig, LMHead, document_mask, get_preset, 
 from plm_lightning.nn.flops import training_flops
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, combine
 from plm_lightning.objectives.scale import apply_activation_checkpointing, apply_compile, apply_fully_shard
+from plm_lightning.objectives.schedules import lr_lambda
 
 CHECKPOINT_KEY = "plm_lightning"
 
@@ -390,23 +390,3 @@ def final_layer_positions(labels: Tensor, keep_first: bool = False) -> tuple[Ten
     k = max(1, int(selected.sum(1).max()))
     index = torch.argsort((~selected).to(torch.int8), dim=1, stable=True)[:, :k]
     return index, labels.gather(1, index)
-
-
-def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float):  # noqa: ANN201
-    """Linear warmup to the peak, then linear (BERT, Devlin et al. 2019 A.2) or cosine (GPT-3) decay to
-    ``min_ratio`` at ``total`` steps."""
-
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        decay = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-        return min_ratio + (1.0 - min_ratio) * decay
-
-    return factor
-
-
-def count_parameters(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
