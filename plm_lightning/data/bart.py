@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from plm_lightning.data.collators import sample_keys
+from plm_lightning.data.collators import length_mask, pad_rows, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.bart_noise import BARTNoise, MaskLength, SpanPlacement, bart_noise
 from plm_lightning.data.datamodule import TextDataModule
@@ -44,18 +44,11 @@ class BARTCollator:
             targets.append(row)
             noised.append(bart_noise(row, words, sentences, self.noise, np.random.default_rng(int(key)), self.mask_id,
                                      self.random_ids))
-        n, m = max(len(x.source) for x in noised), max(len(t) for t in targets)
-        inputs = np.full((len(samples), n), self.pad_id, dtype=np.int64)
-        labels = np.full((len(samples), m), IGNORE_INDEX, dtype=np.int64)
-        for i, (x, t) in enumerate(zip(noised, targets)):
-            inputs[i, : len(x.source)], labels[i, : len(t)] = x.source, t
-        real_inputs = np.zeros_like(inputs, dtype=bool)
-        for i, x in enumerate(noised):
-            real_inputs[i, : len(x.source)] = True
-        decoder_inputs = shift_right(np.where(labels == IGNORE_INDEX, self.pad_id, labels), self.eos_id)
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(real_inputs),
-                "labels": torch.from_numpy(labels), "decoder_input_ids": torch.from_numpy(decoder_inputs),
-                "decoder_attention_mask": torch.from_numpy(labels != IGNORE_INDEX),
+        labels = pad_rows(targets, IGNORE_INDEX)
+        decoder_inputs = shift_right(pad_rows(targets, self.pad_id).numpy(), self.eos_id)
+        return {"input_ids": pad_rows([x.source for x in noised], self.pad_id),
+                "attention_mask": length_mask([x.source for x in noised]), "labels": labels,
+                "decoder_input_ids": torch.from_numpy(decoder_inputs), "decoder_attention_mask": labels != IGNORE_INDEX,
                 "noise_tokens": torch.tensor([x.noised for x in noised]),
                 "noise_spans": torch.tensor([x.spans for x in noised]),
                 "inserted_tokens": torch.tensor([x.inserted for x in noised])}

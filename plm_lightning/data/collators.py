@@ -26,6 +26,20 @@ def sample_keys(seed: int, samples: list[dict[str, Any]], epoch_period: int | No
     return row_keys(seed, epochs, np.array([s["index"] for s in samples], dtype=np.int64))
 
 
+def pad_rows(rows: list[np.ndarray], value: int) -> torch.Tensor:
+    """Right-pad 1-D int arrays to the longest into one ``[B, L]`` tensor."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return torch.from_numpy(out)
+
+
+def length_mask(rows: list[np.ndarray]) -> torch.Tensor:
+    """``[B, L]`` True over each row's real tokens, for rows padded by :func:`pad_rows`."""
+    lengths = torch.tensor([len(r) for r in rows])
+    return torch.arange(int(lengths.max()))[None] < lengths[:, None]
+
+
 def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
     ids = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
     docs = np.stack([s["document_ids"] for s in samples]).astype(np.int64)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from plm_lightning.data.collators import sample_keys
+from plm_lightning.data.collators import length_mask, pad_rows, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.glm import blank_infill, generation_span, nlu_spans
 from plm_lightning.data.datamodule import TextDataModule
@@ -19,14 +19,6 @@ from plm_lightning.errors import ConfigError
 
 GLM_MEAN_SPAN = 3.0 / (1.0 - math.exp(-3.0))
 """Mean of Poisson(3) restricted to 1..39, GLM's span lengths."""
-
-
-def pad_rows(rows: list[np.ndarray], value: int) -> torch.Tensor:
-    """Right-pad 1-D int arrays to the longest into one ``[B, L]`` tensor."""
-    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return torch.from_numpy(out)
 
 
 class GLMCollator:
@@ -52,9 +44,8 @@ class GLMCollator:
                 spans = nlu_spans(len(tokens), self.mask_ratio, self.poisson_lambda, rng)
                 spans = spans[: max(1, (self.seq_len - len(tokens)) // 2)]  # Part B's [S]/[E] must fit seq_len
             rows.append(blank_infill(tokens, spans, rng, self.mask_id, self.start_id, self.end_id))
-        ids = pad_rows([r.input_ids for r in rows], self.pad_id)
-        lengths = torch.tensor([len(r.input_ids) for r in rows])
-        return {"input_ids": ids, "attention_mask": torch.arange(ids.shape[1])[None] < lengths[:, None],
+        return {"input_ids": pad_rows([r.input_ids for r in rows], self.pad_id),
+                "attention_mask": length_mask([r.input_ids for r in rows]),
                 "labels": pad_rows([r.labels for r in rows], IGNORE_INDEX),
                 "position_ids": pad_rows([r.position_ids for r in rows], 0),
                 "block_position_ids": pad_rows([r.block_position_ids for r in rows], 0),
