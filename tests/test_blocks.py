@@ -15,13 +15,13 @@ from plm_lightning.nn import (
     document_mask,
     get_preset,
     init_weights,
-    padding_mask,
     prefix_lm_mask,
     relative_position_bucket,
     resolve_backend,
     sliding_window_mask,
 )
-from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
+from plm_lightning.nn.positions import RotaryEmbedding
+from tests.conftest import ATTENTION_CASES, attention_case
 
 
 def _attention(backend):
@@ -29,26 +29,12 @@ def _attention(backend):
     return MultiHeadAttention(64, 4, backend=backend).eval()
 
 
-@pytest.mark.parametrize("kind", ["none", "padding", "causal", "causal+padding", "prefix", "document", "bias"])
+@pytest.mark.parametrize("kind", ATTENTION_CASES)
 def test_sdpa_matches_eager(kind):
     eager, sdpa = _attention("eager"), _attention("sdpa")
     x = torch.randn(3, 10, 64)
-    pad = torch.ones(3, 10, dtype=torch.bool)
-    pad[1, 7:] = False
-    mask, is_causal, bias = None, False, None
-    if "padding" in kind:
-        mask = padding_mask(pad)
-    if "causal" in kind:
-        is_causal = True
-    if kind == "prefix":
-        mask = prefix_lm_mask(torch.tensor([3, 5, 10]), 10)
-    if kind == "document":
-        mask = document_mask(torch.tensor([[0] * 4 + [1] * 6] * 3))
-    if kind == "bias":
-        bias = RelativePositionBias(4)(10, 10)
-    a = eager(x, mask=mask, is_causal=is_causal, position_bias=bias)
-    b = sdpa(x, mask=mask, is_causal=is_causal, position_bias=bias)
-    assert torch.allclose(a, b, atol=1e-5)
+    case = attention_case(kind)
+    assert torch.allclose(eager(x, **case), sdpa(x, **case), atol=1e-5)
 
 
 def test_backend_resolution():

@@ -115,3 +115,34 @@ def test_deberta_v3_gdes_trains_under_fsdp2(tmp_path):
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
     state = _state(ckpt)
     assert {"generator.embeddings.token.weight", "backbone.embeddings.token.delta"} <= set(state)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_mixed_precision_clips_gradients_with_the_fused_optimizer(precision):
+    """Lightning's autocast plugin refuses to clip for a fused AdamW; under bf16 (no scaler) we clip ourselves, under
+    fp16 (a scaler that the fused step would unscale) the optimizer is built unfused. Either way the gradients the
+    step used have global norm <= gradient_clip_val."""
+    import lightning as L
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    from plm_lightning.objectives import CausalLM
+
+    class GradNorms(L.Callback):
+        norms: list[float] = []
+
+        def on_train_batch_end(self, trainer, module, *args):  # noqa: ANN001, ANN002
+            self.norms.append(torch.linalg.vector_norm(torch.stack([p.grad.float().norm() for p in module.parameters()
+                                                                    if p.grad is not None])).item())
+
+    ids = torch.randint(0, 97, (8, 4, 16))
+    batches = [{"input_ids": x, "labels": x, "attention_mask": torch.ones_like(x)} for x in ids]
+    model = CausalLM(backbone="tiny-gpt", vocab_size=97, learning_rate=1e-3)
+    norms = GradNorms()
+    # fp16 with a real loss scaler (Lightning gives none on CPU unless asked)
+    amp = MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu")) if precision == "16-mixed" else None
+    trainer = L.Trainer(accelerator="cpu", gradient_clip_val=1e-2, max_steps=4, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, callbacks=[norms],
+                        **({"plugins": [amp]} if amp else {"precision": precision}))
+    trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    assert len(norms.norms) == 4 and max(norms.norms) <= 1e-2 * (1 + 1e-3), norms.norms
+    assert trainer.optimizers[0].defaults["fused"] is (True if precision == "bf16-mixed" else None)

@@ -18,7 +18,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, document_mask, get_preset, init_weights
 from plm_lightning.nn.flops import training_flops
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, combine
-from plm_lightning.objectives.scale import apply_activation_checkpointing, apply_compile, apply_fully_shard
+from plm_lightning.objectives import scale
 from plm_lightning.objectives.schedules import lr_lambda
 
 CHECKPOINT_KEY = "plm_lightning"
@@ -223,12 +223,12 @@ class PretrainingModule(L.LightningModule):
             return
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:
-                apply_activation_checkpointing(stack)
+                scale.apply_activation_checkpointing(stack)
             if self.hparams.compile:
-                apply_compile(stack)
+                scale.apply_compile(stack)
         mesh = self.device_mesh if self._device_mesh is not None else None
         if mesh is not None:
-            apply_fully_shard(self, mesh)
+            scale.apply_fully_shard(self, mesh)
         self._scaled = True
 
     # -- optimisation -------------------------------------------------------------------------------------------
@@ -240,13 +240,20 @@ class PretrainingModule(L.LightningModule):
                 (decay if p.ndim >= 2 else no_decay).append(p)
         groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=tuple(hp.betas), eps=hp.adam_eps,
-                                      fused=bool(hp.fused_optimizer) or None)
+                                      fused=bool(hp.fused_optimizer and scale.fused_optimizer_fits(self.trainer)) or None)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         fraction = isinstance(hp.warmup_steps, float) and hp.warmup_steps < 1
         warmup = int(hp.warmup_steps * total) if fraction else int(hp.warmup_steps)
         schedule = lr_lambda(warmup, total, hp.lr_schedule, hp.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        if gradient_clip_val and scale.bf16_mixed(self.trainer):
+            scale.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -39,3 +39,32 @@ def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
         for block in stack.layers:
             fully_shard(block, mesh=dp_mesh)
     fully_shard(module, mesh=dp_mesh)
+
+
+def gradient_scaler(trainer) -> object | None:  # noqa: ANN001
+    """The fp16 loss scaler of the trainer's precision plugin (``16-mixed``), None for bf16 and full precision."""
+    return getattr(trainer.precision_plugin, "scaler", None)
+
+
+def bf16_mixed(trainer) -> bool:  # noqa: ANN001
+    """Lightning's autocast plugin without a loss scaler: the one whose refusal to clip for a fused optimizer is moot."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    return isinstance(trainer.precision_plugin, MixedPrecision) and gradient_scaler(trainer) is None
+
+
+def fused_optimizer_fits(trainer) -> bool:  # noqa: ANN001
+    """A fused AdamW unscales fp16 gradients inside its step, so they cannot be clipped before it: under
+    ``16-mixed`` with ``gradient_clip_val`` the optimizer must be the unfused one."""
+    return not (gradient_scaler(trainer) is not None and trainer.gradient_clip_val)
+
+
+def clip_gradients(optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str | None) -> None:
+    """Clip the gradients of ``optimizer``'s parameters by global norm (default) or by value. Under bf16 there is no
+    scaler, so the gradients are true ones; Lightning's mixed-precision plugin still refuses to clip for a fused
+    optimizer (it assumes fp16 unscaling inside the step), hence this direct path."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    if algorithm == "value":
+        torch.nn.utils.clip_grad_value_(params, clip_val)
+    else:
+        torch.nn.utils.clip_grad_norm_(params, clip_val)

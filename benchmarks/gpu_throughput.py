@@ -1,0 +1,207 @@
+"""Training throughput, MFU and peak memory on one CUDA GPU under bf16 autocast: our MLM, CLM, T5 and BART against
+the transformers model of the same config, side by side in one run (interleaved steps, fused AdamW on both sides).
+
+    python -m benchmarks.gpu_throughput [--repeats 10] [--only mlm clm t5 bart] [--compile]
+
+Ours runs with each attention kernel this machine has (``sdpa``; ``xformers`` when importable) and, with
+``--compile``, with ``torch.compile`` of each block as well. MFU is the model FLOPs of a step (the objective's own
+count: sparse MLM head, T5's encoder + decoder) over the step's time, against two peaks: the vendor's dense bf16
+figure for the GPU (989.5 TFLOP/s for the H100/H200 SXM) and the best bf16 8192^3 matmul measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from benchmarks.common import interleaved_timing
+from plm_lightning.callbacks.throughput import measure_matmul_flops
+from plm_lightning.nn.flops import seq2seq_training_flops, training_flops
+from plm_lightning.objectives import CausalLM, MaskedLM, Seq2SeqLM
+
+DEVICE = "cuda"
+VENDOR_PEAK_BF16 = {"H100": 989.5e12, "H200": 989.5e12, "A100": 312e12}
+
+
+def vendor_peak(name: str) -> float | None:
+    return next((v for k, v in VENDOR_PEAK_BF16.items() if k in name), None)
+
+
+def cuda_step(model: torch.nn.Module, loss_fn) -> callable:  # noqa: ANN001
+    """One bf16-autocast training step with fused AdamW, synchronised so wall-clock timing sees the kernels."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    return step
+
+
+def peak_memory_gib(step) -> float:  # noqa: ANN001
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    return round((torch.cuda.max_memory_allocated() - base) / 2**30, 2)
+
+
+def ours_variants(build, compile_too: bool) -> dict[str, torch.nn.Module]:  # noqa: ANN001
+    """Our model with every attention kernel available here (and compiled, when asked)."""
+    from plm_lightning.nn.attention import xformers_available
+
+    backends = ["sdpa"] + (["xformers"] if xformers_available() else [])
+    out = {}
+    for backend in backends:
+        out[f"ours_{backend}"] = build(backend, False)
+        if compile_too:
+            out[f"ours_{backend}_compiled"] = build(backend, True)
+    return out
+
+
+def compare(name: str, ours: dict, ours_loss, hf: torch.nn.Module, hf_loss, tokens: int, model_flops: int,  # noqa: ANN001
+            repeats: int) -> dict:
+    steps = {k: cuda_step(m, (lambda m=m: ours_loss(m))) for k, m in ours.items()}
+    steps["hf"] = cuda_step(hf, lambda: hf_loss(hf))
+    memory = {k: peak_memory_gib(s) for k, s in steps.items()}
+    t = interleaved_timing(steps, warmup=3, repeats=repeats)
+    first = next(iter(steps))
+    out = {"benchmark": name, "gpu": torch.cuda.get_device_name(), "tokens_per_step": tokens,
+           "model_tflop_per_step": round(model_flops / 1e12, 3)}
+    for k in steps:
+        med = t[k]["median"]
+        out[k] = {"s_per_step": round(med, 4), "tokens_per_s": round(tokens / med),
+                  "model_tflop_per_s": round(model_flops / med / 1e12, 1), "peak_memory_GiB": memory[k],
+                  "speedup_over_hf": round(t["hf"]["median"] / med, 3)}
+    out["speedup_of_" + first + "_over_hf_median_of_rounds"] = round(t["hf"]["ratio_to_first"], 3)
+    return out
+
+
+def _device_batch(d: dict) -> dict:
+    return {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in d.items()}
+
+
+def mlm(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    ids = torch.randint(5, 30522, (batch, seq))
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(batch, seq) < 0.15
+    labels[chosen] = ids[chosen]
+    d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
+
+    def build(backend: str, compiled: bool) -> MaskedLM:
+        m = MaskedLM(backbone="bert-base", vocab_size=30522, compile=compiled,
+                     backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
+        m.configure_model()
+        return m
+
+    ours = ours_variants(build, compile_too)
+    hf = BertForMaskedLM(BertConfig()).to(DEVICE).train()
+    flops = training_flops(next(iter(ours.values())).config, batch, seq, int(chosen.sum()))
+    return compare(f"MLM bert-base {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
+                   lambda h: h(input_ids=d["input_ids"], attention_mask=d["attention_mask"], labels=d["labels"]).loss,
+                   batch * seq, flops, repeats)
+
+
+def clm(repeats: int, compile_too: bool, batch: int = 16, seq: int = 1024) -> dict:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50257, (batch, seq))
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = ids[:, 1:]
+    d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
+
+    def build(backend: str, compiled: bool) -> CausalLM:
+        m = CausalLM(backbone="gpt2", vocab_size=50257, compile=compiled,
+                     backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
+        m.configure_model()
+        return m
+
+    ours = ours_variants(build, compile_too)
+    hf = GPT2LMHeadModel(GPT2Config()).to(DEVICE).train()
+    flops = training_flops(next(iter(ours.values())).config, batch, seq, batch * (seq - 1), head_transform=False)
+    return compare(f"CLM gpt2 {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
+                   lambda h: h(input_ids=d["input_ids"], labels=d["input_ids"]).loss, batch * seq, flops, repeats)
+
+
+def _seq2seq(name: str, preset: str, d: dict, hf: torch.nn.Module, vocab: int, repeats: int, compile_too: bool,
+             **kwargs) -> dict:
+    d = _device_batch(d)
+
+    def build(backend: str, compiled: bool) -> Seq2SeqLM:
+        m = Seq2SeqLM(backbone=preset, vocab_size=vocab, compile=compiled,
+                      backbone_overrides={"attention_backend": backend}, **kwargs).to(DEVICE).train()
+        m.configure_model()
+        return m
+
+    ours = ours_variants(build, compile_too)
+    b, n_in = d["input_ids"].shape
+    n_out = d["labels"].shape[1]
+    flops = seq2seq_training_flops(next(iter(ours.values())).config, b, n_in, n_out, int((d["labels"] >= 0).sum()))
+    hf_loss = lambda h: h(input_ids=d["input_ids"], attention_mask=d["attention_mask"],  # noqa: E731
+                          decoder_input_ids=d["decoder_input_ids"], decoder_attention_mask=d["decoder_attention_mask"],
+                          labels=d["labels"]).loss
+    return compare(f"{name} {b}x{n_in} in / {n_out} out", ours, lambda m: m(**d)["loss"], hf.to(DEVICE), hf_loss,
+                   b * (n_in + n_out), flops, repeats)
+
+
+def t5(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+    from benchmarks.seq2seq_recipes import VOCAB, _hf_t5, _samples
+    from plm_lightning.data import SpanCorruptionCollator
+    from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
+
+    raw, _ = raw_length_for(seq, 0.15, 3.0)
+    d = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)(_samples(batch, raw))
+    return _seq2seq("T5-base span corruption", "t5-base", d, _hf_t5(False), VOCAB, repeats, compile_too)
+
+
+def bart(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from benchmarks.seq2seq_recipes import BART_VOCAB, _bart_collator, _bart_samples
+
+    d = _bart_collator()(_bart_samples(batch, seq))
+    hf = BartForConditionalGeneration(BartConfig(vocab_size=BART_VOCAB, d_model=768, encoder_layers=6, decoder_layers=6,
+                                                 encoder_attention_heads=12, decoder_attention_heads=12,
+                                                 encoder_ffn_dim=3072, decoder_ffn_dim=3072)).train()
+    return _seq2seq("BART-base denoising", "bart-base", d, hf, BART_VOCAB, repeats, compile_too,
+                    decoder_start_token="eos")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--only", nargs="*", choices=["mlm", "clm", "t5", "bart"], default=["mlm", "clm", "t5", "bart"])
+    parser.add_argument("--compile", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks.gpu_throughput needs a CUDA GPU")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    name = torch.cuda.get_device_name()
+    measured = measure_matmul_flops("cuda", torch.bfloat16, size=8192, repeats=10)
+    vendor = vendor_peak(name)
+    print(json.dumps({"gpu": name, "measured_bf16_matmul_tflops": round(measured / 1e12, 1),
+                      "vendor_bf16_peak_tflops": vendor and vendor / 1e12}), flush=True)
+    runs = {"mlm": mlm, "clm": clm, "t5": t5, "bart": bart}
+    for key in args.only:
+        row = runs[key](args.repeats, args.compile)
+        for v in row.values():
+            if isinstance(v, dict):
+                v["mfu_vs_measured_matmul"] = round(v["model_tflop_per_s"] * 1e12 / measured, 3)
+                if vendor:
+                    v["mfu_vs_vendor_peak"] = round(v["model_tflop_per_s"] * 1e12 / vendor, 3)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
