@@ -26,7 +26,7 @@ import torch; q = torch.randn(1, 64, 2, 32, device='cuda', dtype=torch.bfloat16)
 print('xformers kernel ok', tuple(x.memory_efficient_attention(q, q, q).shape))" 2>&1 | tail -2
 } | tee "$OUT/env.txt"
 
-timeout $(( $(left) - 200 )) python3 -m pytest -q -m gpu tests/test_gpu.py -n 6 -p no:cacheprovider --timeout 240 -rs 2>&1 \
+timeout $(( $(left) - 210 )) python3 -m pytest -q -m gpu tests/test_gpu.py -n 6 -p no:cacheprovider --timeout 240 -rs 2>&1 \
   | tee "$OUT/tests.log"
 timeout $(( $(left) - 20 )) python3 -m benchmarks.gpu_throughput 2>&1 | tee "$OUT/bench.jsonl"
 if [ "$(left)" -gt 90 ]; then

@@ -54,9 +54,9 @@ def peak_memory_gib(step) -> float:  # noqa: ANN001
 
 def ours_variants(build, compile_too: bool) -> dict[str, torch.nn.Module]:  # noqa: ANN001
     """Our model with every attention kernel available here (and compiled, when asked)."""
-    from plm_lightning.nn.attention import xformers_available
+    from plm_lightning.nn.attention import xformers_unusable_reason
 
-    backends = ["sdpa"] + (["xformers"] if xformers_available() else [])
+    backends = ["sdpa"] + ([] if xformers_unusable_reason() else ["xformers"])
     out = {}
     for backend in backends:
         out[f"ours_{backend}"] = build(backend, False)

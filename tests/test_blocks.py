@@ -323,3 +323,18 @@ def test_causal_band_mask_and_banded_layers_see_only_their_window():
     stack.blocks()[1].register_forward_pre_hook(lambda m, a, kw: seen.update(kw), with_kwargs=True)
     stack(torch.randint(0, 100, (1, 8)))
     assert torch.equal(seen["mask"], sliding_window_mask(8, 3, causal=True)) and not seen["is_causal"]
+
+
+def test_auto_falls_back_to_sdpa_when_xformers_kernels_do_not_run(monkeypatch):
+    """An xformers wheel built for another PyTorch/CUDA imports but has no kernels (seen on an H200 with torch
+    2.11+cu130 and xformers 0.0.35): `auto` must take SDPA, an explicit `xformers` must say why it cannot."""
+    from plm_lightning.nn import attention
+
+    reason = "xformers' kernels do not run here (NotImplementedError: No operator found)"
+    monkeypatch.setattr(attention, "xformers_unusable_reason", lambda: reason)
+    cuda = torch.device("cuda")
+    assert attention.resolve_backend("auto", cuda) == "sdpa"
+    with pytest.raises(RuntimeError, match="kernels do not run here"):
+        attention.resolve_backend("xformers", cuda)
+    monkeypatch.setattr(attention, "xformers_unusable_reason", lambda: None)
+    assert attention.resolve_backend("auto", cuda) == "xformers"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from plm_lightning.nn import MultiHeadAttention, resolve_backend
-from plm_lightning.nn.attention import xformers_available
+from plm_lightning.nn.attention import xformers_unusable_reason
 from tests.conftest import ATTENTION_CASES, ROOT, attention_case, masked_batch, run_cli, seq2seq_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -27,8 +27,8 @@ def no_tf32():
 
 
 def _needs(backend: str) -> None:
-    if backend == "xformers" and not xformers_available():
-        pytest.skip("xformers is not installed")
+    if backend == "xformers" and xformers_unusable_reason():
+        pytest.skip(xformers_unusable_reason())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -54,9 +54,13 @@ def test_attention_kernels_agree_with_eager_on_cuda(kind, backend, dtype):
     assert (xa.grad - xb.grad).abs().max().item() <= (1e-3 if dtype == torch.float32 else 6e-2 * xa.grad.abs().max().item())
 
 
-def test_auto_backend_is_xformers_on_cuda_when_installed():
-    expected = "xformers" if xformers_available() else "sdpa"
+def test_auto_backend_is_xformers_on_cuda_when_its_kernels_run():
+    """An xformers wheel built for another PyTorch imports but has no kernels: auto must then fall back to SDPA."""
+    expected = "sdpa" if xformers_unusable_reason() else "xformers"
     assert resolve_backend("auto", torch.device("cuda")) == expected
+    if expected == "sdpa":
+        with pytest.raises(RuntimeError, match="xformers"):
+            resolve_backend("xformers", torch.device("cuda"))
 
 
 def _model_and_batch(kind: str):  # noqa: ANN202

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -26,6 +27,29 @@ BACKENDS = ("auto", "eager", "sdpa", "xformers")
 @functools.cache
 def xformers_available() -> bool:
     return importlib.util.find_spec("xformers") is not None
+
+
+@functools.cache
+def xformers_unusable_reason() -> str | None:
+    """Why xformers cannot attend on this machine's GPU, or None when a tiny call of its kernel ran. An installed
+    wheel built for another PyTorch/CUDA imports fine but has no kernels; the probe catches that once."""
+    if not xformers_available():
+        return "xformers is not installed (pip install 'plm-lightning[gpu]')"
+    if not torch.cuda.is_available():
+        return "xformers has no CPU kernels"
+    try:
+        import xformers.ops as xops
+
+        q = torch.zeros(1, 8, 1, 16, device="cuda", dtype=torch.float16)
+        xops.memory_efficient_attention(q, q, q)
+    except Exception as error:  # noqa: BLE001 - any failure means: not usable here
+        return f"xformers' kernels do not run here ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
+    return None
+
+
+@functools.cache
+def _log_fallback_once(reason: str) -> None:
+    logging.getLogger(__name__).warning("attention_backend=auto uses SDPA on CUDA: %s", reason)
 
 
 @dataclass
@@ -57,18 +81,24 @@ class LayerCache:
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """``auto`` is xformers on CUDA when installed, else SDPA. Asking for xformers where it cannot run is an error."""
+    """``auto`` is xformers on CUDA when its kernels run here, else SDPA (on CUDA the reason is logged once). Asking
+    for xformers where it cannot run is an error that says why."""
     if backend not in BACKENDS:
         raise ValueError(f"attention_backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        return "xformers" if device.type == "cuda" and xformers_available() else "sdpa"
+        if device.type != "cuda":
+            return "sdpa"
+        reason = xformers_unusable_reason()
+        if reason is not None:
+            _log_fallback_once(reason)
+        return "sdpa" if reason else "xformers"
     if backend == "xformers":
-        if not xformers_available():
-            raise RuntimeError("attention_backend='xformers' but xformers is not installed; "
-                               "pip install 'plm-lightning[gpu]' or use 'sdpa'")
         if device.type != "cuda":
             raise RuntimeError(f"attention_backend='xformers' needs CUDA tensors (xformers has no {device.type} "
                                "kernels); use 'sdpa' or 'auto'")
+        reason = xformers_unusable_reason()
+        if reason is not None:
+            raise RuntimeError(f"attention_backend='xformers' but {reason}; use 'sdpa' or 'auto'")
     return backend
 
 
