@@ -1,7 +1,7 @@
 """Training throughput, MFU and peak memory on one CUDA GPU under bf16 autocast: our MLM, CLM, T5 and BART against
 the transformers model of the same config, side by side in one run (interleaved steps, fused AdamW on both sides).
 
-    python -m benchmarks.gpu_throughput [--repeats 10] [--only mlm clm t5 bart] [--compile]
+    python -m benchmarks.gpu_throughput [--repeats 10] [--only mlm clm t5 bart] [--compile] [--unfused-ce] [--profile]
 
 Ours runs with each attention kernel this machine has (``sdpa``; ``xformers`` when importable) and, with
 ``--compile``, with ``torch.compile`` of each block as well. MFU is the model FLOPs of a step (the objective's own
@@ -52,17 +52,35 @@ def peak_memory_gib(step) -> float:  # noqa: ANN001
     return round((torch.cuda.max_memory_allocated() - base) / 2**30, 2)
 
 
-def ours_variants(build, compile_too: bool) -> dict[str, torch.nn.Module]:  # noqa: ANN001
-    """Our model with every attention kernel available here (and compiled, when asked)."""
+OPTIONS = argparse.Namespace(compile=False, unfused_ce=False, profile=False)
+
+
+def ours_variants(build) -> dict[str, torch.nn.Module]:  # noqa: ANN001
+    """Our model with every attention kernel available here; compiled, and with the plain (unfused) LM head and
+    cross-entropy, when ``--compile`` / ``--unfused-ce`` ask. ``build(backend, compiled, fused_ce)``."""
     from plm_lightning.nn.attention import xformers_unusable_reason
 
     backends = ["sdpa"] + ([] if xformers_unusable_reason() else ["xformers"])
     out = {}
     for backend in backends:
-        out[f"ours_{backend}"] = build(backend, False)
-        if compile_too:
-            out[f"ours_{backend}_compiled"] = build(backend, True)
+        out[f"ours_{backend}"] = build(backend, False, True)
+        if OPTIONS.compile:
+            out[f"ours_{backend}_compiled"] = build(backend, True, True)
+    if OPTIONS.unfused_ce:
+        out["ours_sdpa_unfused_ce"] = build("sdpa", False, False)
     return out
+
+
+def profile(steps: dict, rows: int = 12) -> None:
+    """The CUDA kernels that take the time of one step of each model (``--profile``)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for name, step in steps.items():
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+        print(f"== {name}\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=60),
+              flush=True)
 
 
 def compare(name: str, ours: dict, ours_loss, hf: torch.nn.Module, hf_loss, tokens: int, model_flops: int,  # noqa: ANN001
@@ -70,6 +88,8 @@ def compare(name: str, ours: dict, ours_loss, hf: torch.nn.Module, hf_loss, toke
     steps = {k: cuda_step(m, (lambda m=m: ours_loss(m))) for k, m in ours.items()}
     steps["hf"] = cuda_step(hf, lambda: hf_loss(hf))
     memory = {k: peak_memory_gib(s) for k, s in steps.items()}
+    if OPTIONS.profile:
+        profile(steps)
     t = interleaved_timing(steps, warmup=3, repeats=repeats)
     first = next(iter(steps))
     out = {"benchmark": name, "gpu": torch.cuda.get_device_name(), "tokens_per_step": tokens,
@@ -87,7 +107,7 @@ def _device_batch(d: dict) -> dict:
     return {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in d.items()}
 
 
-def mlm(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+def mlm(repeats: int, batch: int = 32, seq: int = 512) -> dict:
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(0)
@@ -97,13 +117,13 @@ def mlm(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dic
     labels[chosen] = ids[chosen]
     d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
 
-    def build(backend: str, compiled: bool) -> MaskedLM:
-        m = MaskedLM(backbone="bert-base", vocab_size=30522, compile=compiled,
+    def build(backend: str, compiled: bool, fused_ce: bool) -> MaskedLM:
+        m = MaskedLM(backbone="bert-base", vocab_size=30522, compile=compiled, fused_cross_entropy=fused_ce,
                      backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
         m.configure_model()
         return m
 
-    ours = ours_variants(build, compile_too)
+    ours = ours_variants(build)
     hf = BertForMaskedLM(BertConfig()).to(DEVICE).train()
     flops = training_flops(next(iter(ours.values())).config, batch, seq, int(chosen.sum()))
     return compare(f"MLM bert-base {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
@@ -111,7 +131,7 @@ def mlm(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dic
                    batch * seq, flops, repeats)
 
 
-def clm(repeats: int, compile_too: bool, batch: int = 16, seq: int = 1024) -> dict:
+def clm(repeats: int, batch: int = 16, seq: int = 1024) -> dict:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -120,30 +140,29 @@ def clm(repeats: int, compile_too: bool, batch: int = 16, seq: int = 1024) -> di
     labels[:, :-1] = ids[:, 1:]
     d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
 
-    def build(backend: str, compiled: bool) -> CausalLM:
-        m = CausalLM(backbone="gpt2", vocab_size=50257, compile=compiled,
+    def build(backend: str, compiled: bool, fused_ce: bool) -> CausalLM:
+        m = CausalLM(backbone="gpt2", vocab_size=50257, compile=compiled, fused_cross_entropy=fused_ce,
                      backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
         m.configure_model()
         return m
 
-    ours = ours_variants(build, compile_too)
+    ours = ours_variants(build)
     hf = GPT2LMHeadModel(GPT2Config()).to(DEVICE).train()
     flops = training_flops(next(iter(ours.values())).config, batch, seq, batch * (seq - 1), head_transform=False)
     return compare(f"CLM gpt2 {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
                    lambda h: h(input_ids=d["input_ids"], labels=d["input_ids"]).loss, batch * seq, flops, repeats)
 
 
-def _seq2seq(name: str, preset: str, d: dict, hf: torch.nn.Module, vocab: int, repeats: int, compile_too: bool,
-             **kwargs) -> dict:
+def _seq2seq(name: str, preset: str, d: dict, hf: torch.nn.Module, vocab: int, repeats: int, **kwargs) -> dict:
     d = _device_batch(d)
 
-    def build(backend: str, compiled: bool) -> Seq2SeqLM:
-        m = Seq2SeqLM(backbone=preset, vocab_size=vocab, compile=compiled,
+    def build(backend: str, compiled: bool, fused_ce: bool) -> Seq2SeqLM:
+        m = Seq2SeqLM(backbone=preset, vocab_size=vocab, compile=compiled, fused_cross_entropy=fused_ce,
                       backbone_overrides={"attention_backend": backend}, **kwargs).to(DEVICE).train()
         m.configure_model()
         return m
 
-    ours = ours_variants(build, compile_too)
+    ours = ours_variants(build)
     b, n_in = d["input_ids"].shape
     n_out = d["labels"].shape[1]
     flops = seq2seq_training_flops(next(iter(ours.values())).config, b, n_in, n_out, int((d["labels"] >= 0).sum()))
@@ -154,17 +173,17 @@ def _seq2seq(name: str, preset: str, d: dict, hf: torch.nn.Module, vocab: int, r
                    b * (n_in + n_out), flops, repeats)
 
 
-def t5(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+def t5(repeats: int, batch: int = 32, seq: int = 512) -> dict:
     from benchmarks.seq2seq_recipes import VOCAB, _hf_t5, _samples
     from plm_lightning.data import SpanCorruptionCollator
     from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
 
     raw, _ = raw_length_for(seq, 0.15, 3.0)
     d = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)(_samples(batch, raw))
-    return _seq2seq("T5-base span corruption", "t5-base", d, _hf_t5(False), VOCAB, repeats, compile_too)
+    return _seq2seq("T5-base span corruption", "t5-base", d, _hf_t5(False), VOCAB, repeats)
 
 
-def bart(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> dict:
+def bart(repeats: int, batch: int = 32, seq: int = 512) -> dict:
     from transformers import BartConfig, BartForConditionalGeneration
 
     from benchmarks.seq2seq_recipes import BART_VOCAB, _bart_collator, _bart_samples
@@ -173,16 +192,18 @@ def bart(repeats: int, compile_too: bool, batch: int = 32, seq: int = 512) -> di
     hf = BartForConditionalGeneration(BartConfig(vocab_size=BART_VOCAB, d_model=768, encoder_layers=6, decoder_layers=6,
                                                  encoder_attention_heads=12, decoder_attention_heads=12,
                                                  encoder_ffn_dim=3072, decoder_ffn_dim=3072)).train()
-    return _seq2seq("BART-base denoising", "bart-base", d, hf, BART_VOCAB, repeats, compile_too,
-                    decoder_start_token="eos")
+    return _seq2seq("BART-base denoising", "bart-base", d, hf, BART_VOCAB, repeats, decoder_start_token="eos")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--only", nargs="*", choices=["mlm", "clm", "t5", "bart"], default=["mlm", "clm", "t5", "bart"])
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also our model with torch.compile of each block")
+    parser.add_argument("--unfused-ce", action="store_true", help="also our model with the plain LM head + cross-entropy")
+    parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step of each model")
     args = parser.parse_args()
+    OPTIONS.compile, OPTIONS.unfused_ce, OPTIONS.profile = args.compile, args.unfused_ce, args.profile
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu_throughput needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -193,7 +214,7 @@ def main() -> None:
                       "vendor_bf16_peak_tflops": vendor and vendor / 1e12}), flush=True)
     runs = {"mlm": mlm, "clm": clm, "t5": t5, "bart": bart}
     for key in args.only:
-        row = runs[key](args.repeats, args.compile)
+        row = runs[key](args.repeats)
         for v in row.values():
             if isinstance(v, dict):
                 v["mfu_vs_measured_matmul"] = round(v["model_tflop_per_s"] * 1e12 / measured, 3)
