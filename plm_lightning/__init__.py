@@ -17,6 +17,7 @@ from plm_lightning.data import (
     MASSDataModule,
     MultilingualDataModule,
     MultilingualSpanCorruptionDataModule,
+    PermutationLMDataModule,
     SpanCorruptionDataModule,
     TextDataModule,
     TextTokenizer,
@@ -27,7 +28,7 @@ from plm_lightning.data import (
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
-from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PretrainingModule, Seq2SeqLM
+from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PermutationLM, PretrainingModule, Seq2SeqLM
 
 __version__ = "0.1.0"
 
@@ -35,7 +36,8 @@ __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule",
     "GLMDataModule", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
-    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PretrainingModule", "Seq2SeqLM",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
-    "embedded_corpus", "get_preset", "mask_tokens",
+    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PermutationLM",
+    "PermutationLMDataModule", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule",
+    "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus", "get_preset",
+    "mask_tokens",
 ]

@@ -20,13 +20,14 @@ from plm_lightning.data.seq2seq import (
 from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.data.unilm import UniLMCollator, UniLMDataModule
+from plm_lightning.data.xlnet import PermutationLMCollator, PermutationLMDataModule
 
 __all__ = [
     "BARTCollator", "BARTDataModule", "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator",
     "ERNIE2DataModule", "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
     "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
-    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "SpanCorruptionCollator",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator",
-    "UniLMDataModule", "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys",
-    "smoothed_probabilities", "split_sentences", "train_tokenizer",
+    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "PermutationLMCollator",
+    "PermutationLMDataModule", "SpanCorruptionCollator", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer",
+    "UL2Collator", "UL2DataModule", "UniLMCollator", "UniLMDataModule", "embedded_corpus", "fake_language",
+    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

@@ -254,6 +254,12 @@ def init_weights(module: nn.Module, cfg: BackboneConfig) -> None:
             nn.init.ones_(m.weight)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+    for name, p in module.named_parameters():  # Transformer-XL's u, v and XLNet's segment terms and query embedding
+        if name.rsplit(".", 1)[-1] in XL_PARAMETERS:
+            nn.init.normal_(p, 0.0, std)
+
+
+XL_PARAMETERS = ("content_bias", "position_bias", "segment_bias", "segment_embed", "query_embedding")
 
 
 def init_t5_weights(module: nn.Module, cfg: BackboneConfig) -> None:

@@ -11,6 +11,7 @@ from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.unpad import Unpadding
+from plm_lightning.nn.xl_relative import RelativeSelfAttention
 
 
 class TransformerBlock(nn.Module):
@@ -32,6 +33,9 @@ class TransformerBlock(nn.Module):
             self.self_attn = DisentangledSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
                                                        cfg.bias, cfg.attention_backend, span, cfg.share_attention_key,
                                                        cfg.dropout)
+        elif cfg.position_embedding == "xl_relative":
+            self.self_attn = RelativeSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
+                                                   cfg.attention_backend, cfg.relative_segments)
         else:
             self.self_attn = attention(cross=False)
         self.self_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if attention_norm
@@ -65,13 +69,16 @@ class TransformerBlock(nn.Module):
         relative: tuple[Tensor, Tensor] | None = None,
         query: Tensor | None = None,
         cache: LayerCache | None = None,
+        memory: Tensor | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
         ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``).
-        ``relative``: DeBERTa's (relative embedding table, relative positions). ``query``: a separate query stream
-        (DeBERTa's Enhanced Mask Decoder; its rows at ``query_index`` or at every position), keys/values from ``x``."""
+        ``relative``: DeBERTa's (relative embedding table, relative positions) or Transformer-XL's ``XLRelative``.
+        ``query``: a separate query stream (DeBERTa's Enhanced Mask Decoder, XLNet's query stream; its rows at
+        ``query_index`` or at every position), keys/values from ``x``. ``memory``: Transformer-XL's hidden states of
+        earlier segments, extra keys/values before ``x``."""
         skip = query if query is not None else take_rows(x, query_index) if query_index is not None else None
-        given = {"unpadding": unpadding, "relative": relative, "query": query,
+        given = {"unpadding": unpadding, "relative": relative, "query": query, "memory": memory,
                  "cache": None if cache is None else cache.self_attn}
         extra = {k: v for k, v in given.items() if v is not None}
         x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,

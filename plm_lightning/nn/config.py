@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "none"]
+PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "xl_relative", "none"]
 Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu", "geglu_tanh"]
 AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
 
@@ -90,6 +90,16 @@ class BackboneConfig:
     """Pre-norm before the first layer's attention; ModernBERT drops it (its embedding output is already normed)."""
     attention_backend: AttentionBackend = "auto"
     pad_token_id: int = 0
+    mem_len: int = 0
+    """Transformer-XL segment-level recurrence (Dai et al. 2019, sec. 3.2; position_embedding: xl_relative): each layer
+    keeps the last ``mem_len`` hidden states of the previous segments, without gradient, as extra keys and values."""
+    clamp_len: int = -1
+    """xl_relative: relative distances clamped to +-clamp_len (-1: never)."""
+    relative_segments: bool = False
+    """XLNet's relative segment encoding (Yang et al. 2019, sec. 2.5): a learned same/different-segment term per head
+    instead of absolute segment embeddings."""
+    bidirectional_data: bool = False
+    """XLNet's bi_data: the second half of every batch is read right to left (its relative distances negated)."""
 
     def __post_init__(self) -> None:
         if self.layer_sharing not in ("none", "all", "attention", "ffn"):
@@ -101,6 +111,8 @@ class BackboneConfig:
             )
         if self.local_attention_window is not None and self.local_attention_window < 2:
             raise ValueError(f"local_attention_window={self.local_attention_window} must be >= 2 (or null)")
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len={self.mem_len} must be >= 0 (0 = no Transformer-XL memory)")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "global_attention_every"):
             if getattr(self, name) <= 0:
@@ -203,6 +215,27 @@ def _modernbert(**kw: Any) -> BackboneConfig:
     return BackboneConfig(**base)
 
 
+def _xlnet(**kw: Any) -> BackboneConfig:
+    """XLNet (Yang et al. 2019, appendix A.1 / the released xlnet_cased configs): post-norm, GELU, Transformer-XL
+    relative positions and relative segments, no absolute or segment embeddings, no projection biases, dropout 0.1,
+    SentencePiece 32k vocabulary."""
+    base = dict(vocab_size=32000, position_embedding="xl_relative", type_vocab_size=0, embedding_norm=False,
+                activation="gelu", dropout=0.1, attention_dropout=0.1, ffn_dropout=0.1, relative_segments=True,
+                pad_token_id=5)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
+def _transformer_xl(**kw: Any) -> BackboneConfig:
+    """Transformer-XL (Dai et al. 2019; the reference code's defaults): post-norm ReLU decoder with relative
+    positions and a memory of the previous segments; tied full softmax here (the paper's adaptive softmax is left
+    out)."""
+    base = dict(position_embedding="xl_relative", type_vocab_size=0, embedding_norm=False, activation="relu",
+                dropout=0.1, attention_dropout=0.0, ffn_dropout=0.1, norm_eps=1e-5)
+    base.update(kw)
+    return BackboneConfig(**base)
+
+
 PRESETS: dict[str, BackboneConfig] = {
     # a few-second model for tests and the quickstart
     "tiny": _bert(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, max_position_embeddings=256,
@@ -270,6 +303,15 @@ PRESETS: dict[str, BackboneConfig] = {
                        max_position_embeddings=258),
     "bart-base": _bart(),
     "bart-large": _bart(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=4096),
+    # Yang et al. 2019 (XLNet base / large) and Dai et al. 2019 (Transformer-XL: the WikiText-103 base model, 16 layers
+    # of 410 with 10 heads, memory 150)
+    "tiny-xlnet": _xlnet(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, vocab_size=4096),
+    "xlnet-base": _xlnet(),
+    "xlnet-large": _xlnet(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "tiny-transformer-xl": _transformer_xl(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256,
+                                           vocab_size=4096, mem_len=64),
+    "transformer-xl-base": _transformer_xl(hidden_size=410, num_layers=16, num_heads=10, intermediate_size=2100,
+                                           vocab_size=267735, mem_len=150),
     # Radford et al. 2019
     "gpt2": _gpt2(),
     "gpt2-medium": _gpt2(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),

@@ -1,0 +1,106 @@
+"""Transformer-XL relative attention (Dai et al. 2019, sec. 3.3) with XLNet's relative segment encoding and query
+stream (Yang et al. 2019, sec. 2.3 and 2.5).
+
+The score of query i against key j (the keys are the previous segment's memory followed by the current segment) is
+the sum of Dai et al.'s four terms, with u and v two learned per-head global biases:
+
+    A_ij = (q_i + u)^T k_j  +  (q_i + v)^T W_R R_{i-j}
+
+where R is the sinusoid of the relative distance i - j (no absolute positions anywhere). XLNet adds a segment term
+``(q_i + b)^T s_ij``, s_ij one of two learned vectors for "same segment" / "different segment" (sec. 2.5). The three
+position/segment terms form an additive bias, so the same eager/SDPA kernels run the attention; the tables, indices
+and parameters follow the reference code (and transformers' ``XLNetRelativeAttention``), so weights transfer exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from plm_lightning.nn.attention import MultiHeadAttention, take_query_rows, take_rows
+
+
+def relative_sinusoids(query_length: int, key_length: int, dim: int, bidirectional: bool, clamp_len: int = -1,
+                       device: torch.device | None = None, reverse: bool = False) -> Tensor:
+    """``[R, dim]`` sin|cos embeddings of the relative distances ``key_length, key_length - 1, ...`` down to
+    ``-query_length + 1`` (bidirectional attention, R = K + Q) or 0 (causal, R = K + 1), clamped to
+    ``+-clamp_len`` when it is positive. ``reverse`` negates them (XLNet's backward half of bidirectional data)."""
+    end = -query_length if bidirectional else -1
+    distances = torch.arange(key_length, end, -1, device=device, dtype=torch.float32)
+    if reverse:
+        distances = -distances
+    if clamp_len > 0:
+        distances = distances.clamp(-clamp_len, clamp_len)
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    angles = distances[:, None] * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def relative_index(query_length: int, key_length: int, table_rows: int, device: torch.device | None = None) -> Tensor:
+    """``[Q, K]`` row of :func:`relative_sinusoids` for each (query, key) pair: distance (M + i) - j sits at row
+    Q - i + j (M = K - Q memory keys); rows past the causal table (future keys) clamp to its last row (masked)."""
+    i = torch.arange(query_length, device=device)[:, None]
+    j = torch.arange(key_length, device=device)[None, :]
+    return (query_length - i + j).clamp(max=table_rows - 1)
+
+
+@dataclass
+class XLRelative:
+    """What every relative-attention layer of one forward pass shares."""
+
+    table: Tensor
+    """``[R, H]`` or ``[B, R, H]`` relative sinusoids (after dropout)."""
+    index: Tensor
+    """``[Q, K]`` table row per (query, key)."""
+    different_segment: Tensor | None = None
+    """``[B, Q, K]`` True where query and key lie in different segments (XLNet); None = no segment term."""
+
+
+class RelativeSelfAttention(MultiHeadAttention):
+    """Self-attention with Transformer-XL relative positions, XLNet's segment term, a memory of earlier hidden states
+    as extra keys/values, and XLNet's separate query stream (``query`` at ``query_index``). No projection biases."""
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, backend: str, segments: bool) -> None:
+        super().__init__(hidden_size, num_heads, dropout, bias=False, backend=backend)
+        d = hidden_size // num_heads
+        self.r_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.content_bias = nn.Parameter(torch.zeros(num_heads, d))  # u (r_w_bias)
+        self.position_bias = nn.Parameter(torch.zeros(num_heads, d))  # v (r_r_bias)
+        self.segment_bias = nn.Parameter(torch.zeros(num_heads, d)) if segments else None  # b (r_s_bias)
+        self.segment_embed = nn.Parameter(torch.zeros(2, num_heads, d)) if segments else None  # s+ / s-
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,  # noqa: D102
+                position_bias: Tensor | None = None, rope: tuple[Tensor, Tensor] | None = None,
+                kv: Tensor | None = None, query_index: Tensor | None = None, relative: XLRelative | None = None,
+                query: Tensor | None = None, memory: Tensor | None = None) -> Tensor:
+        """``mask`` ``[B|1, 1, Q, K]`` (True = may attend) over the keys ``[memory; x]``. ``query_index`` ``[B, N]``:
+        outputs only for these positions, from ``query`` (XLNet's query stream) when given, else from ``x``."""
+        if relative is None:
+            raise ValueError("relative attention needs relative=XLRelative(...)")
+        if kv is not None or rope is not None or position_bias is not None:
+            raise ValueError("relative attention takes no kv, rope or position_bias")
+        h = self.hidden_size
+        w = self.qkv_proj.weight
+        keys = x if memory is None else torch.cat([memory.to(x.dtype), x], dim=1)
+        source = query if query is not None else take_rows(x, query_index) if query_index is not None else x
+        q = self._heads(F.linear(source, w[:h]))
+        k, v = (self._heads(t) for t in F.linear(keys, w[h:]).split(h, dim=-1))
+        b, heads, n, _ = q.shape
+        r = self.r_proj(relative.table.to(x.dtype)).unflatten(-1, (heads, self.head_dim))
+        r = r.permute(0, 2, 1, 3) if r.dim() == 4 else r.transpose(0, 1)[None]  # [B|1, heads, R, d]
+        index = relative.index[None] if query_index is None else take_rows(relative.index.expand(b, -1, -1), query_index)
+        scores = torch.matmul(q + self.position_bias[:, None].to(q.dtype), r.transpose(-1, -2))  # [B, heads, n, R]
+        bias = scores.gather(-1, index[:, None].expand(b, heads, n, index.shape[-1]))
+        if self.segment_embed is not None and relative.different_segment is not None:
+            seg = torch.einsum("bhnd,shd->bhns", q + self.segment_bias[:, None].to(q.dtype), self.segment_embed.to(q.dtype))
+            diff = relative.different_segment
+            diff = (diff if query_index is None else take_rows(diff, query_index))[:, None]
+            bias = bias + torch.where(diff, seg[..., 1:], seg[..., :1])
+        if query_index is not None:
+            mask = take_query_rows(mask, query_index)
+        out = self.attend(q + self.content_bias[:, None].to(q.dtype), k, v, mask, is_causal and mask is None,
+                          bias * self.scale)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, h))

@@ -1,0 +1,124 @@
+"""The Transformer-XL / XLNet stack: the shared blocks with relative attention, segment-level recurrence memory, and
+XLNet's two-stream attention.
+
+Transformer-XL (Dai et al. 2019, sec. 3.2): layer n of segment t attends over ``[sg(h^{n-1}_{t-1}); h^{n-1}_t]``, the
+memory being the previous segment's layer inputs without gradient, so the context grows with depth and evaluation can
+look further back than a training segment.
+
+XLNet (Yang et al. 2019, sec. 2.3, eqs. 4-5): every block runs twice with the same weights. The content stream h
+attends to the positions at or before it in the factorization order (itself included); the query stream g, which
+starts from one learned vector, attends to the positions strictly before it and never to its own content. Both read
+keys and values from the content stream. The order lives in ``perm_mask`` (``[B, L, L]``, True: i may NOT see j, the
+reference code's convention) and the predicted positions in ``target_positions``; the query stream exists only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from plm_lightning.nn.block import TransformerBlock
+from plm_lightning.nn.config import BackboneConfig
+from plm_lightning.nn.dropout import Dropout
+from plm_lightning.nn.embeddings import Embeddings
+from plm_lightning.nn.xl_relative import XLRelative, relative_index, relative_sinusoids
+
+
+@dataclass
+class XLOutput:
+    last_hidden_state: Tensor
+    """Content stream ``[B, L, H]``."""
+    query_state: Tensor | None
+    """Query stream ``[B, N, H]`` at ``target_positions`` (None without targets)."""
+    memory: list[Tensor] | None
+    """Per layer, the memory for the next segment ``[B, <= mem_len, H]`` (None when ``mem_len`` is 0)."""
+    layer_outputs: tuple[Tensor, ...]
+    """The embedding output and every layer's content stream."""
+
+    @property
+    def hidden_states(self) -> tuple[Tensor, ...]:
+        return self.layer_outputs
+
+
+class XLStack(nn.Module):
+    """Token embeddings -> blocks of relative attention; ``causal`` (Transformer-XL) or bidirectional (XLNet)."""
+
+    def __init__(self, cfg: BackboneConfig, causal: bool = False) -> None:
+        super().__init__()
+        if cfg.position_embedding != "xl_relative":
+            raise ValueError("XLStack needs position_embedding='xl_relative'")
+        self.cfg, self.causal = cfg, causal
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.num_layers))
+        self.query_embedding = nn.Parameter(torch.zeros(cfg.hidden_size))  # XLNet's mask_emb, g^(0)
+        self.dropout = Dropout(cfg.dropout)
+
+    def blocks(self) -> list[nn.Module]:
+        return list(self.layers)
+
+    def relative(self, length: int, key_length: int, batch: int, token_type_ids: Tensor | None,
+                 device: torch.device) -> XLRelative:
+        cfg, bidirectional = self.cfg, not self.causal
+        table = relative_sinusoids(length, key_length, cfg.hidden_size, bidirectional, cfg.clamp_len, device)
+        if cfg.bidirectional_data:  # the last batch // 2 rows read right to left
+            back = relative_sinusoids(length, key_length, cfg.hidden_size, bidirectional, cfg.clamp_len, device,
+                                      reverse=True)
+            table = torch.cat([table.expand(batch - batch // 2, -1, -1), back.expand(batch // 2, -1, -1)])
+        different = None
+        if cfg.relative_segments and token_type_ids is not None:
+            memory_types = token_type_ids.new_zeros(batch, key_length - length)
+            keys = torch.cat([memory_types, token_type_ids], dim=1)
+            different = token_type_ids[:, :, None] != keys[:, None, :]
+        return XLRelative(self.dropout(table), relative_index(length, key_length, table.shape[-2], device), different)
+
+    def masks(self, attention_mask: Tensor | None, perm_mask: Tensor | None, length: int, memory_length: int,
+              device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+        """(content mask, query mask), each ``[B|1, 1, L, M + L]`` boolean (True = may attend) or None (all)."""
+        allowed = None
+        if attention_mask is not None:
+            real = torch.cat([attention_mask.new_ones(attention_mask.shape[0], memory_length), attention_mask], 1)
+            allowed = real.bool()[:, None, :].expand(-1, length, -1)
+        if self.causal:
+            i = torch.arange(length, device=device)[:, None]
+            future = torch.arange(memory_length + length, device=device)[None, :] > memory_length + i
+            allowed = ~future[None] if allowed is None else allowed & ~future
+        if perm_mask is not None:
+            visible = ~torch.nn.functional.pad(perm_mask.bool(), (memory_length, 0))
+            allowed = visible if allowed is None else allowed & visible
+        if allowed is None:
+            return None, None
+        own = torch.zeros(length, memory_length + length, dtype=torch.bool, device=device)
+        own[torch.arange(length, device=device), memory_length + torch.arange(length, device=device)] = True
+        return (allowed | own)[:, None], allowed[:, None]
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                perm_mask: Tensor | None = None, target_positions: Tensor | None = None,
+                memory: list[Tensor] | None = None) -> XLOutput:
+        """``memory``: the previous call's ``XLOutput.memory`` (one ``[B, M, H]`` per layer), attended to and not
+        trained through. ``perm_mask`` ``[B, L, L]`` (True: i may not see j) and ``target_positions`` ``[B, N]``:
+        XLNet's factorization order and predicted positions, which the query stream runs at."""
+        batch, length = input_ids.shape
+        memory_length = memory[0].shape[1] if memory else 0
+        key_length = memory_length + length
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None
+        content_mask, query_mask = self.masks(attention_mask, perm_mask, length, memory_length, input_ids.device)
+        relative = self.relative(length, key_length, batch, token_type_ids, input_ids.device)
+        x = self.embeddings(input_ids)
+        g = None
+        if target_positions is not None:
+            g = self.dropout(self.query_embedding.to(x.dtype).expand(batch, target_positions.shape[1], -1))
+        hidden, new_memory = [x], []
+        mem_len = self.cfg.mem_len
+        for i, block in enumerate(self.layers):
+            past = memory[i] if memory else None
+            if mem_len > 0:
+                new_memory.append((x if past is None else torch.cat([past.to(x.dtype), x], 1))[:, -mem_len:].detach())
+            if g is not None:
+                g = block(x, mask=query_mask, relative=relative, query=g, query_index=target_positions, memory=past)
+            x = block(x, mask=content_mask, relative=relative, memory=past)
+            hidden.append(x)
+        return XLOutput(self.dropout(x), None if g is None else self.dropout(g), new_memory if mem_len > 0 else None,
+                        tuple(hidden))

@@ -1,0 +1,50 @@
+"""Permutation language modelling: XLNet (Yang et al. 2019, "XLNet: Generalized Autoregressive Pretraining for
+Language Understanding").
+
+corruption: none (``data.PermutationLMDataModule`` samples the targets and the factorization order) | attention: the
+order's ``perm_mask``, two streams (content: itself and what precedes it in the order; query: strictly what precedes
+it), relative positions and segments | loss: the last 1/K of the order (partial prediction, eq. 5),
+L = -sum_{t > c} log p(x_{z_t} | x_{z_<t}) read from the query stream at the target positions.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from plm_lightning.errors import ConfigError
+from plm_lightning.nn import LMHead
+from plm_lightning.nn.xl_stack import XLStack
+from plm_lightning.objectives.base import PretrainingModule, final_layer_positions
+
+
+class PermutationLM(PretrainingModule):
+    """An ``XLStack`` with XLNet's query stream and an LM head tied to the token embedding (no transform, a bias)."""
+
+    required_special_tokens = ("pad", "sep", "cls")
+
+    def __init__(self, *args, backbone: str = "tiny-xlnet", **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, backbone=backbone, **kwargs)
+        if self.config.position_embedding != "xl_relative":
+            raise ConfigError(f"model.backbone={backbone!r}: PermutationLM needs an XLNet backbone "
+                              "(position_embedding: xl_relative), e.g. tiny-xlnet, xlnet-base")
+
+    def setup(self, stage: str) -> None:
+        data = getattr(getattr(self.trainer, "datamodule", None), "bidirectional_data", None)
+        if data is not None and data != self.config.bidirectional_data:
+            raise ConfigError(f"data.bidirectional_data={data} but model.backbone_overrides.bidirectional_data="
+                              f"{self.config.bidirectional_data}; set both alike")
+        super().setup(stage)
+
+    def build(self) -> None:
+        self.backbone = XLStack(self.config)
+        self.lm_head = LMHead(self.config, transform=False, bias=True)
+
+    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        if "perm_mask" not in batch:
+            raise ConfigError("PermutationLM reads perm_mask from its data: use data.class_path="
+                              "plm_lightning.data.PermutationLMDataModule")
+        positions, labels = final_layer_positions(batch["labels"])
+        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
+                            batch["perm_mask"], positions)
+        loss, lm = self.lm_loss(out.query_state, labels)
+        return {"loss": loss, "lm_loss": loss, **lm}
