@@ -35,13 +35,22 @@ class PermutationLMCollator:
 
     objective = "permutation_lm"
 
-    def __init__(self, seq_len: int, pad_id: int, sep_id: int, cls_id: int, num_predict: int, perm_size: int,
+    def __init__(self, seq_len: int, pad_id: int, sep_id: int, cls_id: int, partial_prediction_k: float, perm_size: int,
                  max_gram: int = 5, mask_alpha: int = 6, mask_beta: int = 1, ngram_unit: str = "word",
                  bidirectional_data: bool = False, seed: int = 0) -> None:
         self.seq_len, self.pad_id, self.sep_id, self.cls_id = seq_len, pad_id, sep_id, cls_id
-        self.num_predict, self.perm_size, self.max_gram = num_predict, perm_size, max_gram
+        self.partial_prediction_k, self.perm_size, self.max_gram = partial_prediction_k, perm_size, max_gram
         self.mask_alpha, self.mask_beta, self.ngram_unit = mask_alpha, mask_beta, ngram_unit
         self.bidirectional_data, self.seed = bidirectional_data, seed
+
+    @property
+    def num_predict(self) -> int:
+        """Targets of a full row (XLNet: 85 of 512)."""
+        return self.targets_for(self.seq_len)
+
+    def targets_for(self, length: int) -> int:
+        """round(length / K): the last 1/K of the order (a row cut short at a document's end predicts fewer)."""
+        return max(1, round(length / self.partial_prediction_k))
 
     def row(self, sample: dict[str, Any], key: int, reverse: bool) -> tuple[np.ndarray, ...]:
         real = np.asarray(sample["document_ids"]) >= 0
@@ -51,7 +60,8 @@ class PermutationLMCollator:
         rng = np.random.default_rng(key)
         functional = (tokens == self.sep_id) | (tokens == self.cls_id)
         targets = np.zeros(len(tokens), dtype=bool)
-        budget = [self.num_predict // 2, self.num_predict - self.num_predict // 2]  # half from A, half from B
+        goal = self.targets_for(len(tokens))
+        budget = [goal // 2, goal - goal // 2]  # half from A, half from B
         for segment, goal in zip((0, 1), budget):
             where = np.flatnonzero((types == segment) & ~functional)
             if len(where):
@@ -91,7 +101,7 @@ class PermutationLMDataModule(TextDataModule):
         """
         Args:
             partial_prediction_k: K of partial prediction: the last 1/K of each factorization order is predicted,
-                round(seq_len / K) tokens per row (XLNet: K = 6, 85 of 512).
+                round(length / K) tokens per row (XLNet: K = 6, 85 of 512).
             perm_size: Length of the chunks the order permutes within (XLNet: seq_len / 2); seq_len must be a
                 multiple of it.
             max_gram: Longest target span in words (XLNet: 5), n drawn with P(n) ~ 1/n.
@@ -120,12 +130,8 @@ class PermutationLMDataModule(TextDataModule):
                                                                                     mask_alpha, mask_beta)
         self.ngram_unit, self.bidirectional_data = ngram_unit, bidirectional_data
 
-    @property
-    def num_predict(self) -> int:
-        return max(1, round(self.seq_len / self.partial_prediction_k))
-
     def collator(self) -> PermutationLMCollator:
         tok = self.tokenizer
-        return PermutationLMCollator(self.seq_len, tok.ids["pad"], tok.ids["sep"], tok.ids["cls"], self.num_predict,
+        return PermutationLMCollator(self.seq_len, tok.ids["pad"], tok.ids["sep"], tok.ids["cls"], self.partial_prediction_k,
                                      self.perm_size, self.max_gram, self.mask_alpha, self.mask_beta, self.ngram_unit,
                                      self.bidirectional_data, self.seed)

@@ -11,6 +11,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.inspection.batches import sample_batches, stream_mix
 from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
+from plm_lightning.inspection.permutation import permutation_statistics, render_permutation
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, causal_mask, combine, document_mask, padding_mask
 
 
@@ -58,6 +59,8 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         return seq2seq_statistics(datamodule, model, batches)
     if getattr(collate, "objective", "") == "blank_infilling":
         return blank_infilling_statistics(datamodule, model, batches)
+    if getattr(collate, "objective", "") == "permutation_lm":
+        return permutation_statistics(datamodule, model, batches)
     corrupting = getattr(collate, "objective", "") not in ("causal_lm", "fill_in_the_middle")
     fim = [0, 0]
     mask_id = datamodule.tokenizer.ids.get("mask")
@@ -207,6 +210,9 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24,
     samples, batch = next(sample_batches(datamodule, 1, progress))
     if "decoder_input_ids" in batch:
         render_seq2seq(datamodule, model, samples[0], batch, out)
+        return
+    if "perm_mask" in batch:
+        render_permutation(datamodule, model, out, width, progress)
         return
     original = np.stack([s["input_ids"] for s in samples])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
