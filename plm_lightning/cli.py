@@ -137,16 +137,18 @@ def _valid_keys(section: str) -> list[str]:
         MASSDataModule,
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
+        PermutationLMDataModule,
         SpanCorruptionDataModule,
         UL2DataModule,
         UniLMDataModule,
     )
-    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, Seq2SeqLM
+    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
 
-    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PretrainingModule],
+    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
-                        GLMDataModule, UniLMDataModule, FIMDataModule, CausalLMDataModule, TextDataModule]}
+                        GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, CausalLMDataModule,
+                        TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from plm_lightning.interop import export_checkpoint, import_hf  # noqa: E402
-from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM  # noqa: E402
+from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM  # noqa: E402
 from plm_lightning.objectives.base import CHECKPOINT_KEY  # noqa: E402
 
 TOL = 1e-4
@@ -107,7 +107,8 @@ def _hf_logits(model, ids, mask, types):
 
 def _load_module(ckpt_path):
     ckpt = torch.load(ckpt_path, weights_only=True)
-    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA}[ckpt[CHECKPOINT_KEY]["objective"]]
+    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA,
+           "PermutationLM": PermutationLM}[ckpt[CHECKPOINT_KEY]["objective"]]
     hp = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
     module = cls(**hp)
     module.load_state_dict(ckpt["state_dict"], strict=False)

@@ -2,8 +2,8 @@
 state_dict_adapter split). Families: BERT (`BertForPreTraining`, `BertForMaskedLM`), RoBERTa (`RobertaForMaskedLM`),
 ALBERT (`AlbertForPreTraining`, `AlbertForMaskedLM`), ELECTRA (`ElectraForPreTraining` discriminator,
 `ElectraForMaskedLM` generator), DeBERTa-v2/v3 (`DebertaV2ForMaskedLM`), ModernBERT
-(`ModernBertForMaskedLM`), GPT-2 (`GPT2LMHeadModel`), T5 / mT5 (`T5ForConditionalGeneration`, ``interop.t5``) and
-BART (`BartForConditionalGeneration`, ``interop.bart``).
+(`ModernBertForMaskedLM`), GPT-2 (`GPT2LMHeadModel`), T5 / mT5 (`T5ForConditionalGeneration`, ``interop.t5``),
+BART (`BartForConditionalGeneration`, ``interop.bart``) and XLNet (`XLNetLMHeadModel`, ``interop.xlnet``).
 Pure tensor mappings: `transformers` itself is not needed to convert.
 """
 
@@ -28,6 +28,7 @@ from plm_lightning.interop.layouts import (
 )
 from plm_lightning.interop.t5 import ARCHITECTURES as T5_ARCHITECTURES
 from plm_lightning.interop.t5 import t5_config, t5_from_config, t5_from_hf, t5_to_hf
+from plm_lightning.interop.xlnet import xlnet_config, xlnet_from_config, xlnet_from_hf, xlnet_to_hf
 from plm_lightning.nn.config import BackboneConfig
 
 
@@ -48,6 +49,13 @@ def family_of(state: dict[str, Tensor], cfg: BackboneConfig, objective: str, tok
         if bad:
             raise ConfigError(f"export: this CausalLM differs from GPT-2 in {bad}; GPT2LMHeadModel cannot hold it")
         return "gpt2"
+    if objective == "PermutationLM":
+        wanted = dict(norm="layernorm", norm_position="post", relative_segments=True, type_vocab_size=0,
+                      embedding_norm=False, embedding_size=None, layer_sharing="none", tie_word_embeddings=True)
+        bad = differences(cfg, wanted, ("gelu", "relu", "gelu_new"))
+        if bad:
+            raise ConfigError(f"export: this PermutationLM differs from XLNet in {bad}; XLNetLMHeadModel cannot hold it")
+        return "xlnet"
     if objective == "Seq2SeqLM" and cfg.position_embedding == "learned":
         wanted = dict(norm="layernorm", norm_position="post", bias=True, embedding_norm=True, type_vocab_size=0,
                       embedding_size=None, layer_sharing="none", position_offset=2, tie_word_embeddings=True,
@@ -119,6 +127,8 @@ def to_hf(state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[st
         return t5_to_hf(state, cfg)
     if family == "bart":
         return bart_to_hf(state, cfg)
+    if family == "xlnet":
+        return xlnet_to_hf(state, cfg)
     if family == "gpt2":
         for ours, hf in gpt2_pairs(cfg):
             t = state[ours]
@@ -162,6 +172,8 @@ def from_hf(hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str
         return t5_from_hf(hf, cfg)
     if family == "bart":
         return bart_from_hf(hf, cfg)
+    if family == "xlnet":
+        return xlnet_from_hf(hf, cfg)
     if family == "gpt2":
         for ours, key in gpt2_pairs(cfg):
             if key == "lm_head.weight" and key not in hf:
@@ -200,6 +212,8 @@ def hf_config(cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> 
         return t5_config(cfg, special_ids, family)
     if family == "bart":
         return bart_config(cfg, special_ids)
+    if family == "xlnet":
+        return xlnet_config(cfg, special_ids)
     arch = ARCHITECTURES[family]
     if family == "gpt2":
         eos = special_ids.get("eos", cfg.vocab_size - 1)
@@ -326,12 +340,14 @@ def config_from_hf(config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         return model_type, t5_from_config(config), "Seq2SeqLM"
     if model_type == "bart":
         return "bart", bart_from_config(config), "Seq2SeqLM"
+    if model_type == "xlnet":
+        return "xlnet", xlnet_from_config(config), "PermutationLM"
     if model_type == "deberta-v2":
         family = "deberta-v2" if config.get("legacy", True) else "deberta-v2-lm"
         return family, _deberta_from_config(config), "MaskedLM"
     if model_type not in DEFAULT_FAMILY:
         raise ConfigError(f"import: model_type {model_type!r} is not supported; supported: "
-                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2', 't5', 'mt5', 'bart'])}")
+                          f"{', '.join([*DEFAULT_FAMILY, 'modernbert', 'deberta-v2', 'gpt2', 't5', 'mt5', 'bart', 'xlnet'])}")
     archs = config.get("architectures") or []
     family = next((BY_ARCHITECTURE[a] for a in archs if a in BY_ARCHITECTURE), DEFAULT_FAMILY[model_type])
     pad = config.get("pad_token_id", 0 if model_type != "roberta" else 1) or 0

@@ -152,13 +152,15 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     import lightning as L
 
     from plm_lightning.data.tokenizer import TextTokenizer
-    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, Seq2SeqLM
+    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
 
     directory, config = _read_hf_dir(hf_dir)
     family, cfg, objective = config_from_hf(config)
     ours = from_hf(_read_hf_weights(directory), cfg, family)
-    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM}[objective]
-    hparams: dict[str, Any] = {"backbone": "bert-base", "backbone_overrides": cfg.to_dict()}
+    cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM,
+           "PermutationLM": PermutationLM}[objective]
+    preset = "xlnet-base" if objective == "PermutationLM" else "bert-base"
+    hparams: dict[str, Any] = {"backbone": preset, "backbone_overrides": cfg.to_dict()}
     if family == "bart":
         hparams["decoder_start_token"] = "eos"
     if objective == "MaskedLM":

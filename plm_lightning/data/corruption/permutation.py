@@ -24,23 +24,22 @@ from typing import Literal
 import numpy as np
 
 
-def sample_span_targets(word_starts: np.ndarray, num_predict: int, rng: np.random.Generator, max_gram: int = 5,
-                        mask_alpha: int = 6, mask_beta: int = 1, unit: Literal["word", "token"] = "word") -> np.ndarray:
-    """Boolean ``[L]``: ``num_predict`` positions to predict (fewer only when the row is shorter), as n-gram spans.
+def ngram_spans(word_starts: np.ndarray, num_predict: int, rng: np.random.Generator, max_gram: int = 5,
+                mask_alpha: int = 6, mask_beta: int = 1, unit: Literal["word", "token"] = "word") -> list[tuple[int, int]]:
+    """XLNet's ``_sample_mask`` spans ``(begin, end)``, in order, covering at most ``num_predict`` positions.
 
-    XLNet's ``_sample_mask``: draw n with P(n) proportional to 1/n over 1..``max_gram`` (at most what is still
-    needed), a context of ``n * mask_alpha // mask_beta`` tokens and a left part l ~ U[0, context); the span starts at
-    the first word start at or after ``cursor + l`` and covers n words (``unit: word``; the released code's loop tests
-    the span's first piece instead of each next one, so it covers n tokens: ``unit: token``), then the cursor moves
-    past the span and the right part of the context. Still short of ``num_predict`` at the end: random single
-    positions.
+    Draw n with P(n) proportional to 1/n over 1..``max_gram`` (at most what is still needed), a context of
+    ``n * mask_alpha // mask_beta`` tokens and a left part l ~ U[0, context); the span starts at the first word start
+    at or after ``cursor + l`` and covers n words (``unit: word``; the released code's loop tests the span's first
+    piece instead of each next one, so it covers n tokens: ``unit: token``), cut at the budget; the cursor then moves
+    past the span and the right part of the context.
     """
     length = len(word_starts)
-    mask = np.zeros(length, dtype=bool)
     num_predict = min(num_predict, length)
     grams = np.arange(1, max_gram + 1)
     p = 1.0 / grams
     p /= p.sum()
+    spans: list[tuple[int, int]] = []
     predicted, cursor = 0, 0
     starts = np.flatnonzero(word_starts)
     while cursor < length and predicted < num_predict:
@@ -51,17 +50,24 @@ def sample_span_targets(word_starts: np.ndarray, num_predict: int, rng: np.rando
         if len(after) == 0:
             break
         begin = int(after[0])
-        if unit == "word":
-            end = int(after[n]) if len(after) > n else length
-        else:
-            end = begin + n
+        end = (int(after[n]) if len(after) > n else length) if unit == "word" else begin + n
         end = min(end, begin + num_predict - predicted, length)
-        mask[begin:end] = True
+        spans.append((begin, end))
         predicted += end - begin
         cursor = end + context - left
-    if predicted < num_predict:
-        free = np.flatnonzero(~mask)
-        mask[rng.choice(free, num_predict - predicted, replace=False)] = True
+    return spans
+
+
+def sample_span_targets(word_starts: np.ndarray, num_predict: int, rng: np.random.Generator, max_gram: int = 5,
+                        mask_alpha: int = 6, mask_beta: int = 1, unit: Literal["word", "token"] = "word") -> np.ndarray:
+    """Boolean ``[L]``: exactly ``min(num_predict, L)`` positions to predict: :func:`ngram_spans`, then, when the
+    spans fall short at the end of the row, random single positions (as the reference code)."""
+    mask = np.zeros(len(word_starts), dtype=bool)
+    for begin, end in ngram_spans(word_starts, num_predict, rng, max_gram, mask_alpha, mask_beta, unit):
+        mask[begin:end] = True
+    missing = min(num_predict, len(mask)) - int(mask.sum())
+    if missing > 0:
+        mask[rng.choice(np.flatnonzero(~mask), missing, replace=False)] = True
     return mask
 
 
