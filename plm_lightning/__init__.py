@@ -18,6 +18,7 @@ from plm_lightning.data import (
     MultilingualDataModule,
     MultilingualSpanCorruptionDataModule,
     PermutationLMDataModule,
+    RecurrentLMDataModule,
     SpanCorruptionDataModule,
     TextDataModule,
     TextTokenizer,
@@ -37,7 +38,7 @@ __all__ = [
     "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule",
     "GLMDataModule", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
     "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PermutationLM",
-    "PermutationLMDataModule", "PretrainingModule", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule",
-    "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus", "get_preset",
-    "mask_tokens",
+    "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule", "Seq2SeqLM", "SpanCorruptionDataModule",
+    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus",
+    "get_preset", "mask_tokens",
 ]

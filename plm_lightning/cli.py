@@ -25,6 +25,11 @@ def default_config_files() -> list[str]:
     return [str(package / "callbacks" / "default.yaml"), str(package / "trainer_defaults.yaml")]
 
 
+EVALUATION_KEYS = ("eval_mem_len",)
+"""Model arguments that only change how a trained model is evaluated: given with ``--ckpt_path``, they override the
+checkpoint's (Lightning otherwise restores every hyperparameter from it)."""
+
+
 class PLMCLI(LightningCLI):
     """LightningCLI over every `PretrainingModule` and `TextDataModule` subclass, omegaconf interpolation on."""
 
@@ -42,8 +47,14 @@ class PLMCLI(LightningCLI):
         )
 
     def _parse_ckpt_path(self) -> None:
-        """Refuse a checkpoint of another objective before Lightning swaps the model class to the checkpoint's."""
+        """Refuse a checkpoint of another objective before Lightning swaps the model class to the checkpoint's; then
+        let Lightning take the model's hyperparameters from the checkpoint, except the evaluation-time ones
+        (``EVALUATION_KEYS``), where the command line and config win."""
         subcommand = self.config.get("subcommand")
+        given = {}
+        if subcommand and self.config[subcommand].get("model") is not None:
+            init = self.config[subcommand].model.get("init_args") or {}
+            given = {k: init[k] for k in EVALUATION_KEYS if k in init}
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and Path(ckpt_path).is_file():
             import torch
@@ -62,6 +73,11 @@ class PLMCLI(LightningCLI):
                 raise ConfigError(f"ckpt_path: '{ckpt_path}' is from a {meta['objective']} recipe, not {configured}; "
                                   "resume it with the recipe it was trained with")
         super()._parse_ckpt_path()
+        if given:
+            model = self.config[subcommand].model
+            target = model.dict_kwargs if model.get("dict_kwargs") else model.init_args
+            for key, value in given.items():
+                target[key] = value
 
     def before_fit(self) -> None:
         """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version)."""
@@ -138,6 +154,7 @@ def _valid_keys(section: str) -> list[str]:
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
         PermutationLMDataModule,
+        RecurrentLMDataModule,
         SpanCorruptionDataModule,
         UL2DataModule,
         UniLMDataModule,
@@ -147,7 +164,8 @@ def _valid_keys(section: str) -> list[str]:
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
-                        GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, CausalLMDataModule,
+                        GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
+                        CausalLMDataModule,
                         TextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L

@@ -370,3 +370,4 @@ class CausalLMDataModule(TextDataModule):
 
     def collator(self) -> CausalLMCollator:
         return CausalLMCollator(self.document_mask)
+

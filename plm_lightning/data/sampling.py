@@ -137,3 +137,28 @@ class InterleavedSampler(BlockSampler):
     def epoch_order(self) -> np.ndarray:
         fraction = np.concatenate([(np.arange(n) + 0.5) / n for n in self.sizes if n > 0])
         return np.argsort(fraction, kind="stable")
+
+
+class SegmentStreamSampler(BlockSampler):
+    """Transformer-XL's ordered batches (the reference code's ``LMOrderedIterator``): the blocks, in corpus order,
+    are cut into ``batch_size x num_replicas`` contiguous streams, and batch t holds segment t of every stream, so
+    row b of one batch continues row b of the batch before (what the memory carries over). Same order every epoch.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> None:
+        super().__init__(num_samples, shuffle=False, seed=0, num_replicas=num_replicas, rank=rank, drop_last=True)
+        self.batch_size = batch_size
+        streams = batch_size * num_replicas
+        self.segments = num_samples // streams
+        if self.segments == 0:
+            raise ValueError(f"{num_samples} blocks cannot fill {streams} streams (batch_size x devices)")
+        self.total_size = streams * self.segments
+        self.num_samples = self.total_size // num_replicas
+
+    def epoch_order(self) -> np.ndarray:
+        """Global position r + R (t B + b) (rank r, batch t, row b) holds segment t of stream r B + b."""
+        replicas, rows = self.num_replicas, self.batch_size
+        t, b, r = np.meshgrid(np.arange(self.segments), np.arange(rows), np.arange(replicas), indexing="ij")
+        order = np.empty(self.total_size, dtype=np.int64)
+        order[(r + replicas * (t * rows + b)).reshape(-1)] = ((r * rows + b) * self.segments + t).reshape(-1)
+        return order

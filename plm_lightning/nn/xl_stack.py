@@ -95,10 +95,12 @@ class XLStack(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 perm_mask: Tensor | None = None, target_positions: Tensor | None = None,
-                memory: list[Tensor] | None = None) -> XLOutput:
+                memory: list[Tensor] | None = None, mem_len: int | None = None) -> XLOutput:
         """``memory``: the previous call's ``XLOutput.memory`` (one ``[B, M, H]`` per layer), attended to and not
-        trained through. ``perm_mask`` ``[B, L, L]`` (True: i may not see j) and ``target_positions`` ``[B, N]``:
-        XLNet's factorization order and predicted positions, which the query stream runs at."""
+        trained through; ``mem_len`` overrides the config's length of the memory returned (Transformer-XL evaluates
+        with a longer one than it trains with). ``perm_mask`` ``[B, L, L]`` (True: i may not see j) and
+        ``target_positions`` ``[B, N]``: XLNet's factorization order and predicted positions, where the query stream
+        runs."""
         batch, length = input_ids.shape
         memory_length = memory[0].shape[1] if memory else 0
         key_length = memory_length + length
@@ -111,7 +113,7 @@ class XLStack(nn.Module):
         if target_positions is not None:
             g = self.dropout(self.query_embedding.to(x.dtype).expand(batch, target_positions.shape[1], -1))
         hidden, new_memory = [x], []
-        mem_len = self.cfg.mem_len
+        mem_len = self.cfg.mem_len if mem_len is None else mem_len
         for i, block in enumerate(self.layers):
             past = memory[i] if memory else None
             if mem_len > 0:

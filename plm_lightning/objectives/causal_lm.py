@@ -1,6 +1,10 @@
 """Causal language modelling: GPT (Radford et al. 2018) and GPT-2 (Radford et al. 2019), and the decoder-only
 objectives that differ from it only in their data.
 
+With a Transformer-XL backbone (``position_embedding: xl_relative``; Dai et al. 2019) the decoder is an ``XLStack``
+with relative positions, and each batch row continues the previous batch's row (``data.RecurrentLMDataModule``):
+the hidden states of the last ``mem_len`` tokens are carried over as memory, without gradient.
+
 corruption: none (GPT), fill-in-the-middle (``data.FIMDataModule``), blank infilling (GLM, ``data.GLMDataModule``),
 span corruption / UL2's denoisers as prefix-LM rows (``decoder_only``) | attention: causal (optionally
 block-diagonal per document), or prefix-LM when the batch has ``prefix_lengths`` | loss: the labelled positions
@@ -9,10 +13,13 @@ block-diagonal per document), or prefix-LM when the batch has ``prefix_lengths``
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Decoder, LMHead
+from plm_lightning.nn.xl_stack import XLStack
 from plm_lightning.objectives.base import PretrainingModule
 
 
@@ -22,7 +29,16 @@ class CausalLM(PretrainingModule):
     required_special_tokens = ("eos",)
     causal = True
 
-    def __init__(self, *args, backbone: str = "tiny-gpt", **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args: Any, backbone: str = "tiny-gpt", eval_mem_len: int | None = None, **kwargs: Any) -> None:
+        """
+        Args:
+            eval_mem_len: Transformer-XL backbones: the memory length in validation and test (the paper evaluates with
+                a longer memory than it trains with, sec. 3.2); None = the backbone's mem_len, 0 = no memory.
+        """
+        if eval_mem_len is not None and eval_mem_len < 0:
+            raise ConfigError(f"model.eval_mem_len={eval_mem_len} must be >= 0 (or null for the backbone's mem_len)")
+        self.eval_mem_len = eval_mem_len
+        self.memory: dict[str, list[Tensor] | None] = {}
         super().__init__(*args, backbone=backbone, **kwargs)
 
     def setup(self, stage: str) -> None:
@@ -32,9 +48,31 @@ class CausalLM(PretrainingModule):
         super().setup(stage)
 
     def build(self) -> None:
-        self.backbone = Decoder(self.config)
+        recurrent = self.config.position_embedding == "xl_relative"
+        self.backbone = XLStack(self.config, causal=True) if recurrent else Decoder(self.config)
         self.lm_head = LMHead(self.config, transform=False, bias=False)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        loss, lm = self.lm_loss(self.run_stack(self.backbone, batch), batch["labels"])
+        hidden = self.recurrent(batch) if isinstance(self.backbone, XLStack) else self.run_stack(self.backbone, batch)
+        loss, lm = self.lm_loss(hidden, batch["labels"])
         return {"loss": loss, "lm_loss": loss, **lm}
+
+    def recurrent(self, batch: dict[str, Tensor]) -> Tensor:
+        """Transformer-XL: the segment read with the memory its rows left in the previous batch of this stage."""
+        stage = "train" if self.training else "eval"
+        memory = self.memory.get(stage)
+        if memory is not None and memory[0].shape[0] != batch["input_ids"].shape[0]:
+            memory = None  # a smaller last batch starts new streams
+        mem_len = None if self.training or self.eval_mem_len is None else self.eval_mem_len
+        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), memory=memory, mem_len=mem_len)
+        self.memory[stage] = out.memory
+        return out.last_hidden_state
+
+    def on_train_epoch_start(self) -> None:
+        self.memory.pop("train", None)
+
+    def on_validation_epoch_start(self) -> None:
+        self.memory.pop("eval", None)
+
+    def on_test_epoch_start(self) -> None:
+        self.memory.pop("eval", None)
