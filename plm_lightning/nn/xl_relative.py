@@ -77,7 +77,8 @@ class RelativeSelfAttention(MultiHeadAttention):
                 kv: Tensor | None = None, query_index: Tensor | None = None, relative: XLRelative | None = None,
                 query: Tensor | None = None, memory: Tensor | None = None) -> Tensor:
         """``mask`` ``[B|1, 1, Q, K]`` (True = may attend) over the keys ``[memory; x]``. ``query_index`` ``[B, N]``:
-        outputs only for these positions, from ``query`` (XLNet's query stream) when given, else from ``x``."""
+        outputs only for these positions, from ``query`` (XLNet's query stream) when given, else from ``x``; a mask
+        with N rows is taken as one row per query already (both streams in one call, see ``XLStack``)."""
         if relative is None:
             raise ValueError("relative attention needs relative=XLRelative(...)")
         if kv is not None or rope is not None or position_bias is not None:
@@ -99,7 +100,7 @@ class RelativeSelfAttention(MultiHeadAttention):
             diff = relative.different_segment
             diff = (diff if query_index is None else take_rows(diff, query_index))[:, None]
             bias = bias + torch.where(diff, seg[..., 1:], seg[..., :1])
-        if query_index is not None:
+        if query_index is not None and mask is not None and mask.shape[-2] != n:  # else: already one row per query
             mask = take_query_rows(mask, query_index)
         out = self.attend(q + self.content_bias[:, None].to(q.dtype), k, v, mask, is_causal and mask is None,
                           bias * self.scale)

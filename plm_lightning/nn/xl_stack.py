@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from plm_lightning.nn.attention import take_rows
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.dropout import Dropout
@@ -102,6 +103,8 @@ class XLStack(nn.Module):
         ``target_positions`` ``[B, N]``: XLNet's factorization order and predicted positions, where the query stream
         runs."""
         batch, length = input_ids.shape
+        if target_positions is not None and perm_mask is None:
+            raise ValueError("target_positions (XLNet's query stream) need the perm_mask of their factorization order")
         memory_length = memory[0].shape[1] if memory else 0
         key_length = memory_length + length
         if attention_mask is not None and bool(attention_mask.all()):
@@ -109,18 +112,25 @@ class XLStack(nn.Module):
         content_mask, query_mask = self.masks(attention_mask, perm_mask, length, memory_length, input_ids.device)
         relative = self.relative(length, key_length, batch, token_type_ids, input_ids.device)
         x = self.embeddings(input_ids)
-        g = None
-        if target_positions is not None:
+        g = rows = both_masks = None
+        if target_positions is not None:  # both streams in one call per block: queries [h; g], one mask row each
             g = self.dropout(self.query_embedding.to(x.dtype).expand(batch, target_positions.shape[1], -1))
+            rows = torch.cat([torch.arange(length, device=x.device).expand(batch, -1), target_positions], 1)
+            if query_mask is not None:
+                query_rows = take_rows(query_mask[:, 0].expand(batch, -1, -1), target_positions)
+                both_masks = torch.cat([content_mask.expand(batch, -1, -1, -1), query_rows[:, None]], 2)
         hidden, new_memory = [x], []
         mem_len = self.cfg.mem_len if mem_len is None else mem_len
         for i, block in enumerate(self.layers):
             past = memory[i] if memory else None
             if mem_len > 0:
                 new_memory.append((x if past is None else torch.cat([past.to(x.dtype), x], 1))[:, -mem_len:].detach())
-            if g is not None:
-                g = block(x, mask=query_mask, relative=relative, query=g, query_index=target_positions, memory=past)
-            x = block(x, mask=content_mask, relative=relative, memory=past)
+            if g is None:
+                x = block(x, mask=content_mask, relative=relative, memory=past)
+            else:
+                both = block(x, mask=both_masks, relative=relative, query=torch.cat([x, g], 1), query_index=rows,
+                             memory=past)
+                x, g = both[:, :length], both[:, length:]
             hidden.append(x)
         return XLOutput(self.dropout(x), None if g is None else self.dropout(g), new_memory if mem_len > 0 else None,
                         tuple(hidden))
