@@ -24,21 +24,33 @@ from plm_lightning.data import (
     TextTokenizer,
     UL2DataModule,
     UniLMDataModule,
+    WordEmbeddingDataModule,
     embedded_corpus,
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
-from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PermutationLM, PretrainingModule, Seq2SeqLM
+from plm_lightning.objectives import (
+    ELECTRA,
+    ERNIE2,
+    CausalLM,
+    FastText,
+    GloVe,
+    MaskedLM,
+    PermutationLM,
+    PretrainingModule,
+    Seq2SeqLM,
+    Word2Vec,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule",
-    "GLMDataModule", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
-    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PermutationLM",
+    "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
+    "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PermutationLM",
     "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule", "Seq2SeqLM", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "embedded_corpus",
-    "get_preset", "mask_tokens",
+    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "Word2Vec",
+    "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

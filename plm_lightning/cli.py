@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.cli import LightningCLI
 
 from plm_lightning.data.datamodule import TextDataModule
@@ -31,12 +32,13 @@ checkpoint's (Lightning otherwise restores every hyperparameter from it)."""
 
 
 class PLMCLI(LightningCLI):
-    """LightningCLI over every `PretrainingModule` and `TextDataModule` subclass, omegaconf interpolation on."""
+    """LightningCLI over every LightningModule and LightningDataModule (our `PretrainingModule` / `TextDataModule`
+    subclasses, the static embeddings and their `WordEmbeddingDataModule`), omegaconf interpolation on."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
-            PretrainingModule,
-            TextDataModule,
+            L.LightningModule,
+            L.LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
             parser_kwargs=self._parser_kwargs(run),
@@ -158,15 +160,26 @@ def _valid_keys(section: str) -> list[str]:
         SpanCorruptionDataModule,
         UL2DataModule,
         UniLMDataModule,
+        WordEmbeddingDataModule,
     )
-    from plm_lightning.objectives import ELECTRA, ERNIE2, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
+    from plm_lightning.objectives import (
+        ELECTRA,
+        ERNIE2,
+        CausalLM,
+        FastText,
+        GloVe,
+        MaskedLM,
+        PermutationLM,
+        Seq2SeqLM,
+        Word2Vec,
+    )
 
-    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule],
+    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
+                         FastText, GloVe],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
-                        CausalLMDataModule,
-                        TextDataModule]}
+                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

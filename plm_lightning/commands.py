@@ -1,11 +1,12 @@
-"""The CLI's extra subcommands: ``inspect``, ``export``, ``import`` and ``predict CHECKPOINT PROMPTS`` (generation;
-``predict --config ...`` remains LightningCLI's)."""
+"""The CLI's extra subcommands: ``inspect``, ``export``, ``import`` and ``predict CHECKPOINT PROMPTS`` (generation, or
+neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from plm_lightning.errors import ConfigError
 
@@ -24,6 +25,17 @@ def run_export(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     from plm_lightning.interop import export_checkpoint
 
+    static = _static_embeddings(args.checkpoint)
+    if static is not None:  # word2vec / fastText / GloVe: the word2vec text format
+        out = Path(args.out_dir)
+        out = out / "vectors.txt" if out.is_dir() or args.out_dir.endswith(("/", "\\")) else out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(static.word2vec_text(), encoding="utf-8")
+        tmp.replace(out)
+        print(f"exported {args.checkpoint} ({type(static).__name__}, {len(static.vocabulary)} words) in the word2vec "
+              f"text format to {out}")
+        return
     arch = export_checkpoint(args.checkpoint, args.out_dir, args.part)
     print(f"exported {args.checkpoint} as {arch} to {args.out_dir}")
 
@@ -78,7 +90,12 @@ def run_predict(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no_cache", action="store_true", help="recompute every step (the cache's reference)")
     parser.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    parser.add_argument("--neighbours", type=int, default=10, help="static embeddings: answers per query")
     args = parser.parse_args(argv)
+    static = _static_embeddings(args.checkpoint)
+    if static is not None:
+        _answer_queries(static, args.prompts, args.neighbours, args.json)
+        return
     from plm_lightning.generation import GenerationConfig
     from plm_lightning.prediction import predict_file
 
@@ -89,3 +106,34 @@ def run_predict(argv: list[str]) -> None:
             print(json.dumps(row, ensure_ascii=False))
         else:
             print(f"{row['prompt']}\t{row.get('filled', row['output'])}")
+
+
+def _static_embeddings(path: str):  # noqa: ANN202
+    """The static-embedding module of a checkpoint (word2vec, fastText, GloVe), or None for any other checkpoint."""
+    from plm_lightning.interop.io import is_hf_directory, load_checkpoint
+    from plm_lightning.objectives.static_embeddings import STATIC_OBJECTIVES, load_static_embeddings
+
+    if is_hf_directory(path):
+        return None
+    checkpoint = load_checkpoint(path)
+    if checkpoint.get("plm_lightning", {}).get("objective") not in STATIC_OBJECTIVES:
+        return None
+    return load_static_embeddings(checkpoint)
+
+
+def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa: ANN001
+    """One query per line: a word (its nearest neighbours) or ``a - b + c`` (the analogy's answers)."""
+    from plm_lightning.objectives.static_embeddings import answer_query
+
+    path = Path(queries)
+    if not path.is_file():
+        raise ConfigError(f"predict: no such query file '{queries}' (one word or 'a - b + c' analogy per line)")
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = answer_query(model, line.strip(), k)
+        if as_json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            print(f"{row['query']}\t" + (row["error"] if "error" in row else
+                                          " ".join(f"{w}:{s:.3f}" for w, s in row["neighbours"])))

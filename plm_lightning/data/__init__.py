@@ -19,6 +19,7 @@ from plm_lightning.data.seq2seq import (
     UL2DataModule,
 )
 from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
+from plm_lightning.data.static import WordEmbeddingDataModule, WordVocabulary
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.data.unilm import UniLMCollator, UniLMDataModule
 from plm_lightning.data.xlnet import PermutationLMCollator, PermutationLMDataModule
@@ -30,6 +31,6 @@ __all__ = [
     "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "PermutationLMCollator",
     "PermutationLMDataModule", "RecurrentLMDataModule", "SpanCorruptionCollator", "SpanCorruptionDataModule",
     "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator", "UniLMDataModule",
-    "embedded_corpus", "fake_language", "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities",
-    "split_sentences", "train_tokenizer",
+    "WordEmbeddingDataModule", "WordVocabulary", "embedded_corpus", "fake_language", "load_documents", "load_parallel",
+    "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]
