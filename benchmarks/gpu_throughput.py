@@ -55,10 +55,16 @@ def peak_memory_gib(step) -> float:  # noqa: ANN001
 OPTIONS = argparse.Namespace(compile=False, unfused_ce=False, profile=False)
 
 
-def ours_variants(build) -> dict[str, torch.nn.Module]:  # noqa: ANN001
-    """Our model with every attention kernel available here; compiled, and with the plain (unfused) LM head and
-    cross-entropy, when ``--compile`` / ``--unfused-ce`` ask. ``build(backend, compiled, fused_ce)``."""
+def ours_variants(cls: type, **kwargs) -> dict[str, torch.nn.Module]:  # noqa: ANN003
+    """``cls(**kwargs)`` on the device with every attention kernel available here; compiled, and with the plain
+    (unfused) LM head and cross-entropy, when ``--compile`` / ``--unfused-ce`` ask."""
     from plm_lightning.nn.attention import xformers_unusable_reason
+
+    def build(backend: str, compiled: bool, fused_ce: bool) -> torch.nn.Module:
+        m = cls(**kwargs, compile=compiled, fused_cross_entropy=fused_ce,
+                backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
+        m.configure_model()
+        return m
 
     backends = ["sdpa"] + ([] if xformers_unusable_reason() else ["xformers"])
     out = {}
@@ -117,13 +123,7 @@ def mlm(repeats: int, batch: int = 32, seq: int = 512) -> dict:
     labels[chosen] = ids[chosen]
     d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
 
-    def build(backend: str, compiled: bool, fused_ce: bool) -> MaskedLM:
-        m = MaskedLM(backbone="bert-base", vocab_size=30522, compile=compiled, fused_cross_entropy=fused_ce,
-                     backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
-        m.configure_model()
-        return m
-
-    ours = ours_variants(build)
+    ours = ours_variants(MaskedLM, backbone="bert-base", vocab_size=30522)
     hf = BertForMaskedLM(BertConfig()).to(DEVICE).train()
     flops = training_flops(next(iter(ours.values())).config, batch, seq, int(chosen.sum()))
     return compare(f"MLM bert-base {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
@@ -140,13 +140,7 @@ def clm(repeats: int, batch: int = 16, seq: int = 1024) -> dict:
     labels[:, :-1] = ids[:, 1:]
     d = _device_batch({"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)})
 
-    def build(backend: str, compiled: bool, fused_ce: bool) -> CausalLM:
-        m = CausalLM(backbone="gpt2", vocab_size=50257, compile=compiled, fused_cross_entropy=fused_ce,
-                     backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
-        m.configure_model()
-        return m
-
-    ours = ours_variants(build)
+    ours = ours_variants(CausalLM, backbone="gpt2", vocab_size=50257)
     hf = GPT2LMHeadModel(GPT2Config()).to(DEVICE).train()
     flops = training_flops(next(iter(ours.values())).config, batch, seq, batch * (seq - 1), head_transform=False)
     return compare(f"CLM gpt2 {batch}x{seq}", ours, lambda m: m(**d)["loss"], hf,
@@ -156,13 +150,7 @@ def clm(repeats: int, batch: int = 16, seq: int = 1024) -> dict:
 def _seq2seq(name: str, preset: str, d: dict, hf: torch.nn.Module, vocab: int, repeats: int, **kwargs) -> dict:
     d = _device_batch(d)
 
-    def build(backend: str, compiled: bool, fused_ce: bool) -> Seq2SeqLM:
-        m = Seq2SeqLM(backbone=preset, vocab_size=vocab, compile=compiled, fused_cross_entropy=fused_ce,
-                      backbone_overrides={"attention_backend": backend}, **kwargs).to(DEVICE).train()
-        m.configure_model()
-        return m
-
-    ours = ours_variants(build)
+    ours = ours_variants(Seq2SeqLM, backbone=preset, vocab_size=vocab, **kwargs)
     b, n_in = d["input_ids"].shape
     n_out = d["labels"].shape[1]
     flops = seq2seq_training_flops(next(iter(ours.values())).config, b, n_in, n_out, int((d["labels"] >= 0).sum()))
