@@ -69,6 +69,16 @@ def run_inspect(argv: list[str]) -> None:
     from plm_lightning.inspection import build_datamodule, corruption_statistics, render
 
     datamodule, objective = build_datamodule(args.config, rest)
+    from plm_lightning.data.static import WordEmbeddingDataModule
+
+    if isinstance(datamodule, WordEmbeddingDataModule):  # word2vec, fastText, GloVe
+        from plm_lightning.inspection.static import render_static, static_statistics
+
+        if args.json:
+            print(json.dumps(static_statistics(datamodule, objective, args.batches)))
+        else:
+            render_static(datamodule, objective, sys.stdout)
+        return
     if args.json:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
     else:

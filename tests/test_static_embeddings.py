@@ -176,3 +176,18 @@ def test_static_bad_input_is_one_line(args, needles, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "word2vec.yaml"), "--trainer.max_steps", "1", *args],
                   cwd=tmp_path)
     _one_line_error(res, *needles)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["word2vec", "glove"])
+def test_static_inspect(recipe, tmp_path):
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["objective"] == ("Word2Vec" if recipe == "word2vec" else "GloVe") and stats["vocabulary"] > 1000
+    if recipe == "word2vec":  # t = 1e-5 on a 0.4M-word corpus discards most of it; ~2 pairs per kept word and side
+        assert 0.05 < stats["kept_fraction_expected"] < 0.5 and stats["examples_per_word"] > 0.3
+    else:
+        assert stats["nonzero_counts"] > 10_000 and 0 < stats["density"] < 1
+    view = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml")], cwd=tmp_path)
+    assert ("skipgram examples" if recipe == "word2vec" else "co-occurrence counts") in view.stdout
