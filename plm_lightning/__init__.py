@@ -29,11 +29,12 @@ from plm_lightning.data import (
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, get_preset
+from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
     ERNIE2,
     CausalLM,
+    ELMo,
     FastText,
     GloVe,
     MaskedLM,
@@ -47,10 +48,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ConfigError", "Decoder", "ELECTRA", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule",
-    "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
-    "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS", "PermutationLM",
-    "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule", "Seq2SeqLM", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule", "Word2Vec",
-    "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
+    "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM", "MaskedLMCollator",
+    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
+    "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
+    "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -166,6 +166,7 @@ def _valid_keys(section: str) -> list[str]:
         ELECTRA,
         ERNIE2,
         CausalLM,
+        ELMo,
         FastText,
         GloVe,
         MaskedLM,
@@ -175,7 +176,7 @@ def _valid_keys(section: str) -> list[str]:
     )
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
-                         FastText, GloVe],
+                         FastText, GloVe, ELMo],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,

@@ -30,6 +30,7 @@ from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents
 from plm_lightning.errors import ConfigError
 
+LM_SPECIALS = ("<unk>", "<s>", "</s>")
 _NORMALIZER = normalizers.BertNormalizer(lowercase=True, strip_accents=False, clean_text=True)
 _PRE_TOKENIZER = pre_tokenizers.BertPreTokenizer()
 
@@ -66,9 +67,16 @@ class WordVocabulary:
     def __len__(self) -> int:
         return len(self.words)
 
-    def encode(self, words: list[str]) -> np.ndarray:
-        """Word ids; words outside the vocabulary are dropped, as word2vec does."""
+    def encode(self, words: list[str], unk: str | None = None) -> np.ndarray:
+        """Word ids; words outside the vocabulary are dropped, as word2vec does, or read as ``unk``."""
+        if unk is not None:
+            return np.array([self.index.get(w, self.index[unk]) for w in words], dtype=np.int64)
         return np.array([self.index[w] for w in words if w in self.index], dtype=np.int64)
+
+    def with_specials(self) -> WordVocabulary:
+        """The vocabulary of a language model over words: ``<unk>``, ``<s>``, ``</s>`` appended (count 0)."""
+        extra = [w for w in LM_SPECIALS if w not in self.index]
+        return WordVocabulary(self.words + extra, np.concatenate([self.counts, np.zeros(len(extra), np.int64)]))
 
     def noise_distribution(self, power: float = 0.75) -> np.ndarray:
         """Negative sampling's P_n(w) proportional to count^power (Mikolov et al. 2013b, sec. 2.2: power 3/4)."""
@@ -211,6 +219,27 @@ def cooccurrence(documents: list[np.ndarray], vocab_size: int, window: int) -> t
     return unique // vocab_size, unique % vocab_size, values
 
 
+class SequenceCollator:
+    """Chunks -> ELMo's biLM rows ``<s> w_1 .. w_n </s>``: ``input_ids`` ``[B, T]`` (padded with ``</s>``'s id, masked
+    by ``attention_mask``), their characters ``chars`` ``[B, T, max_chars]`` and ``lengths``."""
+
+    def __init__(self, vocabulary: WordVocabulary, max_chars: int = 50) -> None:
+        from plm_lightning.nn.recurrent import char_ids
+
+        self.bos, self.eos = vocabulary.index["<s>"], vocabulary.index["</s>"]
+        self.chars = np.array([char_ids(w, max_chars) for w in vocabulary.words], dtype=np.int64)
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = [np.concatenate([[self.bos], s["words"], [self.eos]]) for s in samples]
+        lengths = np.array([len(r) for r in rows])
+        ids = np.full((len(rows), lengths.max()), self.eos, dtype=np.int64)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = r
+        return {"input_ids": torch.from_numpy(ids), "chars": torch.from_numpy(self.chars[ids]),
+                "lengths": torch.from_numpy(lengths),
+                "attention_mask": torch.arange(ids.shape[1])[None] < torch.from_numpy(lengths)[:, None]}
+
+
 class CooccurrenceEntries(Dataset):
     """The non-zero X_ij, one sample each; batches are shuffled by the sampler."""
 
@@ -240,14 +269,16 @@ class WordEmbeddingDataModule(L.LightningDataModule):
     (``examples: cooccurrence``) over a word vocabulary of the corpus."""
 
     def __init__(self, source: str | None = None, text_field: str = "text", split: str = "train",
-                 examples: Literal["pairs", "cooccurrence"] = "pairs", mode: Literal["skipgram", "cbow"] = "skipgram",
+                 examples: Literal["pairs", "cooccurrence", "sequences"] = "pairs",
+                 mode: Literal["skipgram", "cbow"] = "skipgram",
                  min_count: int = 5, max_vocab: int | None = None, window: int = 5, sample: float = 1e-5,
                  negatives: int = 5, chunk_words: int = 1000, batch_size: int = 16, val_fraction: float = 0.02,
                  max_documents: int | None = None, num_workers: int = 0, seed: int = 1234,
                  cache_dir: str | None = None) -> None:
         """
         Args:
-            examples: pairs (word2vec, fastText) or cooccurrence (GloVe).
+            examples: pairs (word2vec, fastText), cooccurrence (GloVe) or sequences (ELMo: rows of ``chunk_words``
+                words framed by ``<s>`` / ``</s>``, unknown words read as ``<unk>``).
             mode: skipgram (predict each context word from the center) or cbow (the center from its context bag).
             min_count: Words rarer than this are dropped (word2vec: 5).
             max_vocab: Keep at most this many words (the most frequent).
@@ -258,8 +289,8 @@ class WordEmbeddingDataModule(L.LightningDataModule):
             batch_size: Chunks per batch (pairs) or co-occurrence entries per batch.
         """
         super().__init__()
-        if examples not in ("pairs", "cooccurrence"):
-            raise ConfigError(f"data.examples={examples!r} is not one of pairs, cooccurrence")
+        if examples not in ("pairs", "cooccurrence", "sequences"):
+            raise ConfigError(f"data.examples={examples!r} is not one of pairs, cooccurrence, sequences")
         if mode not in ("skipgram", "cbow"):
             raise ConfigError(f"data.mode={mode!r} is not one of skipgram, cbow")
         for key, value in (("min_count", min_count), ("window", window), ("chunk_words", chunk_words),
@@ -287,8 +318,11 @@ class WordEmbeddingDataModule(L.LightningDataModule):
         n_val = int(len(documents) * self.val_fraction) if len(documents) > 1 else 0
         val, train = set(order[:n_val].tolist()), order[n_val:]
         self.vocabulary = WordVocabulary.build([documents[i] for i in train], self.min_count, self.max_vocab)
-        encode = self.vocabulary.encode
-        self.splits = {"train": [encode(documents[i]) for i in train], "val": [encode(documents[i]) for i in sorted(val)]}
+        unk = None
+        if self.examples == "sequences":
+            self.vocabulary, unk = self.vocabulary.with_specials(), "<unk>"
+        encode = lambda i: self.vocabulary.encode(documents[i], unk)  # noqa: E731
+        self.splits = {"train": [encode(i) for i in train], "val": [encode(i) for i in sorted(val)]}
         if self.examples == "cooccurrence":
             self.entries = CooccurrenceEntries(*self._cooccurrence(fingerprint))
 
@@ -321,12 +355,15 @@ class WordEmbeddingDataModule(L.LightningDataModule):
         return Word2VecCollator(vocab.keep_probability(self.sample), vocab.noise_distribution(), self.window,
                                 self.negatives, self.mode, self.seed)
 
+    def collator(self) -> Any:
+        return SequenceCollator(self.vocabulary) if self.examples == "sequences" else self.pairs_collator()
+
     def train_dataloader(self) -> ResumableDataLoader:
         if self.examples == "cooccurrence":
             return self._loader(self.entries, CooccurrenceCollator(self.entries), shuffle=True)
-        return self._loader(WordChunks(self.splits["train"], self.chunk_words), self.pairs_collator(), shuffle=True)
+        return self._loader(WordChunks(self.splits["train"], self.chunk_words), self.collator(), shuffle=True)
 
     def val_dataloader(self) -> ResumableDataLoader | list:
         if self.examples == "cooccurrence":
             return []  # GloVe fits the counts themselves; there is no held-out objective
-        return self._loader(WordChunks(self.splits["val"], self.chunk_words), self.pairs_collator(), shuffle=False)
+        return self._loader(WordChunks(self.splits["val"], self.chunk_words), self.collator(), shuffle=False)
