@@ -17,6 +17,7 @@ from plm_lightning.data import (
     MASSDataModule,
     MultilingualDataModule,
     MultilingualSpanCorruptionDataModule,
+    ParallelDataModule,
     PermutationLMDataModule,
     RecurrentLMDataModule,
     SpanCorruptionDataModule,
@@ -34,6 +35,7 @@ from plm_lightning.objectives import (
     ELECTRA,
     ERNIE2,
     CausalLM,
+    CoVe,
     ELMo,
     FastText,
     GloVe,
@@ -48,10 +50,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
+    "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
     "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM", "MaskedLMCollator",
     "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
-    "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
-    "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "ParallelDataModule", "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule",
+    "ScalarMix", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
+    "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset",
+    "mask_tokens",
 ]

@@ -155,6 +155,7 @@ def _valid_keys(section: str) -> list[str]:
         MASSDataModule,
         MultilingualDataModule,
         MultilingualSpanCorruptionDataModule,
+        ParallelDataModule,
         PermutationLMDataModule,
         RecurrentLMDataModule,
         SpanCorruptionDataModule,
@@ -166,6 +167,7 @@ def _valid_keys(section: str) -> list[str]:
         ELECTRA,
         ERNIE2,
         CausalLM,
+        CoVe,
         ELMo,
         FastText,
         GloVe,
@@ -176,11 +178,11 @@ def _valid_keys(section: str) -> list[str]:
     )
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
-                         FastText, GloVe, ELMo],
+                         FastText, GloVe, ELMo, CoVe],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
-                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule]}
+                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

@@ -9,6 +9,7 @@ from plm_lightning.data.glm import GLMCollator, GLMDataModule
 from plm_lightning.data.mass import MASSCollator, MASSDataModule
 from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
 from plm_lightning.data.packing import PackedBlocks
+from plm_lightning.data.parallel import ParallelDataModule
 from plm_lightning.data.recurrent import RecurrentLMDataModule
 from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
 from plm_lightning.data.seq2seq import (
@@ -28,9 +29,9 @@ __all__ = [
     "BARTCollator", "BARTDataModule", "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ERNIE2Collator",
     "ERNIE2DataModule", "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
     "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
-    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "PermutationLMCollator",
-    "PermutationLMDataModule", "RecurrentLMDataModule", "SpanCorruptionCollator", "SpanCorruptionDataModule",
-    "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator", "UniLMDataModule",
-    "WordEmbeddingDataModule", "WordVocabulary", "embedded_corpus", "fake_language", "load_documents", "load_parallel",
-    "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
+    "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "ParallelDataModule",
+    "PermutationLMCollator", "PermutationLMDataModule", "RecurrentLMDataModule", "SpanCorruptionCollator",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator",
+    "UniLMDataModule", "WordEmbeddingDataModule", "WordVocabulary", "embedded_corpus", "fake_language",
+    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
 ]

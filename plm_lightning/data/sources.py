@@ -251,10 +251,12 @@ def parallel_fingerprint(source: str, max_pairs: int | None = None) -> str | Non
     return _file_fingerprint([path], "parallel") + suffix if path.is_file() and path.stat().st_size else None
 
 
-def load_parallel(name: str, source: str, max_pairs: int | None = None) -> tuple[list[tuple[str, str]], str]:
+def load_parallel(name: str, source: str, max_pairs: int | None = None,
+                  where: str | None = None) -> tuple[list[tuple[str, str]], str]:
     """Sentence pairs of a parallel corpus and their fingerprint: a UTF-8 file of ``source<TAB>target`` lines, or
-    ``fake:<source>`` (each sentence of that source paired with its Fake-English version)."""
-    where = f"data.parallel_corpora[{name}]"
+    ``fake:<source>`` (each sentence of that source paired with its Fake-English version). ``where`` names the
+    config key in errors (default ``data.parallel_corpora[name]``)."""
+    where = where or f"data.parallel_corpora[{name}]"
     if source.startswith(FAKE_PREFIX):
         docs, fingerprint = load_documents(source[len(FAKE_PREFIX):] or None)
         pairs = [(s, fake_language(s)) for d in docs for s in split_sentences(d)]
@@ -281,6 +283,6 @@ def load_parallel(name: str, source: str, max_pairs: int | None = None) -> tuple
     if max_pairs is not None:
         pairs, fingerprint = pairs[:max_pairs], f"{fingerprint}-first{max_pairs}"
     if not pairs:
-        raise ConfigError(f"{where}: '{source}' holds no sentence pairs; translation language modelling needs at "
-                          "least one source<TAB>target line")
+        raise ConfigError(f"{where}: '{source}' holds no sentence pairs; a parallel corpus needs at least one "
+                          "source<TAB>target line")
     return pairs, fingerprint

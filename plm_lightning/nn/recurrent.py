@@ -123,3 +123,36 @@ class ScalarMix(nn.Module):
         if len(layers) != len(self.scalars):
             raise ValueError(f"ScalarMix over {len(self.scalars)} layers got {len(layers)}")
         return self.gamma * sum(w * h for w, h in zip(self.weights, layers))
+
+
+class AttentionalDecoder(nn.Module):
+    """The attentional LSTM decoder of CoVe's MT-LSTM (McCann et al. 2017, sec. 3; Luong et al. 2015's global
+    attention with input feeding): at step t, h_t = LSTM([z_{t-1}; h~_{t-1}], h_{t-1}), alpha_t = softmax(H (W_1 h_t
+    + b_1)) over the encoder states H, h~_t = tanh(W_2 [H^T alpha_t; h_t] + b_2)."""
+
+    def __init__(self, embedding_dim: int, hidden: int, context_dim: int, layers: int = 2, dropout: float = 0.2) -> None:
+        super().__init__()
+        self.cells = nn.ModuleList(nn.LSTMCell(embedding_dim + hidden if i == 0 else hidden, hidden)
+                                   for i in range(layers))
+        self.query = nn.Linear(hidden, context_dim)
+        self.combine = nn.Linear(context_dim + hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.hidden = hidden
+
+    def forward(self, embedded: Tensor, context: Tensor, context_mask: Tensor) -> Tensor:
+        """``embedded`` ``[B, T, E]`` (teacher-forced previous targets), ``context`` ``[B, S, C]`` with
+        ``context_mask`` ``[B, S]`` -> the attentional states h~ ``[B, T, hidden]``."""
+        b, steps, _ = embedded.shape
+        states = [(embedded.new_zeros(b, self.hidden), embedded.new_zeros(b, self.hidden)) for _ in self.cells]
+        feed = embedded.new_zeros(b, self.hidden)
+        outputs = []
+        for t in range(steps):
+            x = torch.cat([embedded[:, t], feed], dim=-1)
+            for i, cell in enumerate(self.cells):
+                states[i] = cell(self.dropout(x), states[i])
+                x = states[i][0]
+            scores = torch.einsum("bsc,bc->bs", context, self.query(x)).masked_fill(~context_mask, float("-inf"))
+            attended = torch.einsum("bs,bsc->bc", torch.softmax(scores, dim=-1), context)
+            feed = torch.tanh(self.combine(torch.cat([attended, x], dim=-1)))
+            outputs.append(feed)
+        return self.dropout(torch.stack(outputs, dim=1))
