@@ -69,15 +69,22 @@ def run_inspect(argv: list[str]) -> None:
     from plm_lightning.inspection import build_datamodule, corruption_statistics, render
 
     datamodule, objective = build_datamodule(args.config, rest)
+    from plm_lightning.data.parallel import ParallelDataModule
     from plm_lightning.data.static import WordEmbeddingDataModule
 
-    if isinstance(datamodule, WordEmbeddingDataModule):  # word2vec, fastText, GloVe
-        from plm_lightning.inspection.static import render_static, static_statistics
+    if isinstance(datamodule, (WordEmbeddingDataModule, ParallelDataModule)):  # word-level recipes
+        from plm_lightning.inspection import static, translation
 
+        if isinstance(datamodule, ParallelDataModule):  # CoVe
+            stats, view = translation.translation_statistics, translation.render_translation
+        elif datamodule.examples == "sequences":  # ELMo
+            stats, view = static.sequence_statistics, static.render_sequences
+        else:  # word2vec, fastText, GloVe
+            stats, view = static.static_statistics, static.render_static
         if args.json:
-            print(json.dumps(static_statistics(datamodule, objective, args.batches)))
+            print(json.dumps(stats(datamodule, objective, args.batches)))
         else:
-            render_static(datamodule, objective, sys.stdout)
+            view(datamodule, objective, sys.stdout)
         return
     if args.json:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))

@@ -78,3 +78,16 @@ def test_cove_bad_input_is_one_line(args, needles, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "cove.yaml"), "--trainer.max_steps", "1", *args],
                   cwd=tmp_path)
     _one_line_error(res, *needles)
+
+
+@pytest.mark.slow
+def test_cove_inspect(tmp_path):
+    import json
+
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / "cove.yaml"), "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["objective"] == "CoVe" and stats["pairs"] > 1000
+    assert stats["target_length_mean"] == pytest.approx(stats["input_length_mean"] + 1, abs=0.5)  # + </s>, 1:1 words
+    view = run_cli(["inspect", "--config", str(ROOT / "configs" / "cove.yaml")], cwd=tmp_path)
+    assert "encoder reads (CoVe's input)" in view.stdout

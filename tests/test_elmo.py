@@ -96,3 +96,15 @@ def test_elmo_bad_input_is_one_line(args, needles, tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "elmo.yaml"), "--trainer.max_steps", "1", *args],
                   cwd=tmp_path)
     _one_line_error(res, *needles)
+
+
+@pytest.mark.slow
+def test_elmo_inspect(tmp_path):
+    import json
+
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / "elmo.yaml"), "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["objective"] == "ELMo" and 1.8 < stats["loss_fraction"] < 2.0 and stats["unk_fraction"] < 0.05
+    view = run_cli(["inspect", "--config", str(ROOT / "configs" / "elmo.yaml")], cwd=tmp_path)
+    assert "backward LM (position t predicts t - 1)" in view.stdout

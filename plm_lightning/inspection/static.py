@@ -71,3 +71,40 @@ def render_static(datamodule: WordEmbeddingDataModule, model: Any, out: TextIO, 
         negatives = (" negatives: " + " ".join(vocab.words[int(n)] for n in batch["negatives"][i])
                      if "negatives" in batch else "")
         out.write(f"  center {center} <-> {context}{negatives}\n")
+
+
+def _sequence_rows(datamodule: WordEmbeddingDataModule, batches: int) -> list[dict[str, Any]]:
+    collate = datamodule.collator()
+    return [collate(samples) for samples in _chunks(datamodule, batches)]
+
+
+def sequence_statistics(datamodule: WordEmbeddingDataModule, model: Any, batches: int) -> dict[str, Any]:
+    """ELMo's rows: ``loss_fraction`` is predictions per real token over both directions (each LM predicts every token
+    but the first / last of its row), ``unk_fraction`` the words outside the vocabulary."""
+    vocab = datamodule.vocabulary
+    tokens = predictions = unknown = rows = 0
+    for batch in _sequence_rows(datamodule, batches):
+        real = batch["attention_mask"]
+        tokens += int(real.sum())
+        predictions += 2 * int((batch["lengths"] - 1).sum())
+        unknown += int((batch["input_ids"][real] == vocab.index["<unk>"]).sum())
+        rows += len(real)
+    return {"objective": type(model).__name__, "corruption": None, "batches": batches, "vocabulary": len(vocab),
+            "examples": "sequences", "tokens": tokens, "rows": rows, "input_length_mean": tokens / rows,
+            "loss_fraction": predictions / tokens, "unk_fraction": unknown / tokens}
+
+
+def render_sequences(datamodule: WordEmbeddingDataModule, model: Any, out: TextIO, words: int = 16) -> None:
+    vocab = datamodule.vocabulary
+    batch = _sequence_rows(datamodule, 1)[0]
+    n = min(words, int(batch["lengths"][0]))
+    row = [vocab.words[int(i)] for i in batch["input_ids"][0, :n]]
+    out.write(f"objective: {type(model).__name__} (biLM over words), vocabulary: {len(vocab)} words "
+              f"(min_count={datamodule.min_count}; the rest read as <unk>), rows of {datamodule.chunk_words} words\n\n")
+    out.write("row:\n  " + " ".join(row) + "\n\n")
+    out.write("forward LM (position t predicts t + 1):\n  "
+              + " ".join(f"{a}->{b}" for a, b in zip(row[:6], row[1:7])) + "\n")
+    out.write("backward LM (position t predicts t - 1):\n  "
+              + " ".join(f"{b}->{a}" for a, b in zip(row[:6], row[1:7])) + "\n\n")
+    chars = batch["chars"][0, 1].tolist()
+    out.write(f"characters of '{row[1]}' (begin/end-of-word marks 258/259, padding 260):\n  {chars[:16]}\n")
