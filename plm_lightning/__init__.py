@@ -30,6 +30,7 @@ from plm_lightning.data import (
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
+from plm_lightning.finetune import ClassificationDataModule, SequenceClassifier
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
@@ -50,11 +51,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
-    "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM", "MaskedLMCollator",
-    "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "PRESETS",
-    "ParallelDataModule", "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "RecurrentLMDataModule",
-    "ScalarMix", "Seq2SeqLM", "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU",
-    "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset",
-    "mask_tokens",
+    "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule",
+    "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM",
+    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
+    "MultilingualSpanCorruptionDataModule", "PRESETS", "ParallelDataModule", "PermutationLM", "PermutationLMDataModule",
+    "PretrainingModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier",
+    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
+    "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -163,6 +163,7 @@ def _valid_keys(section: str) -> list[str]:
         UniLMDataModule,
         WordEmbeddingDataModule,
     )
+    from plm_lightning.finetune import ClassificationDataModule, SequenceClassifier
     from plm_lightning.objectives import (
         ELECTRA,
         ERNIE2,
@@ -178,11 +179,12 @@ def _valid_keys(section: str) -> list[str]:
     )
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
-                         FastText, GloVe, ELMo, CoVe],
+                         FastText, GloVe, ELMo, CoVe, SequenceClassifier],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
-                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule]}
+                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule,
+                        ClassificationDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

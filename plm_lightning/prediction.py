@@ -19,25 +19,10 @@ FIM_HOLE = "<fim_middle>"
 
 
 def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
-    """(model in eval mode, tokenizer) of a plm_lightning checkpoint or a transformers directory."""
-    from plm_lightning.interop.io import _tokenizer_from_meta, hf_to_checkpoint, is_hf_directory, load_checkpoint
-    from plm_lightning.objectives import CausalLM, Seq2SeqLM
-    from plm_lightning.objectives.base import CHECKPOINT_KEY
+    """(model in eval mode, tokenizer) of a CausalLM / Seq2SeqLM checkpoint of ours or a transformers directory."""
+    from plm_lightning.interop.io import load_pretrained
 
-    ckpt = hf_to_checkpoint(path) if is_hf_directory(path) else load_checkpoint(path)
-    meta = ckpt[CHECKPOINT_KEY]
-    classes = {"CausalLM": CausalLM, "Seq2SeqLM": Seq2SeqLM}
-    if meta["objective"] not in classes:
-        raise ConfigError(f"predict: '{path}' holds a {meta['objective']} checkpoint; generation needs a CausalLM "
-                          "(GPT-2) or Seq2SeqLM (T5) one")
-    hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
-    hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
-    model = classes[meta["objective"]](**hparams)
-    model.load_state_dict(ckpt["state_dict"], strict=False)
-    tokenizer = _tokenizer_from_meta(meta)
-    if tokenizer is None:
-        raise ConfigError(f"predict: '{path}' has no tokenizer; train with this package or export one with it")
-    return model.eval(), tokenizer
+    return load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
 
 
 def fill_sentinels(prompt: str, output: str) -> str:

@@ -203,3 +203,25 @@ def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Pat
     AtomicCheckpointIO().save_checkpoint(checkpoint, out)
     meta = checkpoint[CHECKPOINT_KEY]
     return {"family": meta["family"], "objective": meta["objective"], "checkpoint": str(out)}
+
+
+def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None, purpose: str = "this command"):
+    """(our module in eval mode, its tokenizer) from a plm_lightning checkpoint or a transformers directory, the
+    objective one of ``objectives`` (default: any Transformer objective)."""
+    from plm_lightning import objectives as module
+
+    ckpt = hf_to_checkpoint(path) if is_hf_directory(path) else load_checkpoint(path)
+    meta = ckpt[CHECKPOINT_KEY]
+    known = ("MaskedLM", "CausalLM", "ELECTRA", "Seq2SeqLM", "PermutationLM", "ERNIE2")
+    allowed = objectives or known
+    if meta["objective"] not in allowed:
+        raise ConfigError(f"{purpose}: '{path}' holds a {meta['objective']} checkpoint; it needs one of "
+                          f"{', '.join(allowed)}")
+    hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
+    hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
+    model = getattr(module, meta["objective"])(**hparams)
+    model.load_state_dict(ckpt["state_dict"], strict=False)
+    tokenizer = _tokenizer_from_meta(meta)
+    if tokenizer is None:
+        raise ConfigError(f"{purpose}: '{path}' has no tokenizer; train with this package or export one with it")
+    return model.eval(), tokenizer

@@ -1,0 +1,91 @@
+"""Fine-tuning slice: offline tasks whose labels come from the text, GLUE-style file loading with clear errors, and a
+classifier head on our BERT and GPT-2 checkpoints that learns from the CLI."""
+
+import csv
+
+import pytest
+
+from plm_lightning.data.sources import embedded_corpus, split_sentences
+from plm_lightning.errors import ConfigError
+from plm_lightning.finetune import ClassificationDataModule, offline_task
+from plm_lightning.finetune.data import read_examples
+from tests.conftest import ROOT, run_cli
+
+
+@pytest.fixture(scope="module")
+def continuation():
+    return offline_task("continuation")
+
+
+def test_offline_code_or_prose_labels_come_from_the_layout():
+    task = offline_task("code_or_prose")
+    assert task == offline_task("code_or_prose")  # fixed, deterministic splits
+    train = task["train"]
+    assert len(train) > 5000 and {e["label"] for e in train} == {0, 1}
+    symbols = lambda t: sum(c in "()[]{}:=<>._\"'" for c in t) / len(t)  # noqa: E731
+    code = sum(symbols(e["text_a"]) for e in train if e["label"] == 1) / sum(e["label"] == 1 for e in train)
+    prose = sum(symbols(e["text_a"]) for e in train if e["label"] == 0) / sum(e["label"] == 0 for e in train)
+    assert code > 2 * prose  # code paragraphs are dense in brackets and operators
+    texts = {split: {e["text_a"] for e in rows} for split, rows in task.items()}
+    assert not texts["train"] & texts["test"] and not texts["train"] & texts["validation"]
+
+
+def test_offline_continuation_pairs_follow_each_other_when_labelled_so(continuation):
+    follows = {(a, b) for d in embedded_corpus() for a, b in zip(split_sentences(d), split_sentences(d)[1:])}
+    rows = continuation["validation"]
+    positives = [r for r in rows if r["label"] == 1]
+    assert 0.4 < len(positives) / len(rows) < 0.6
+    assert all((r["text_a"], r["text_b"]) in follows for r in positives)
+    assert sum((r["text_a"], r["text_b"]) in follows for r in rows if r["label"] == 0) < 0.01 * len(rows)
+
+
+def test_glue_tsv_columns_labels_and_errors(tmp_path):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
+    dev.write_text("sentence\tlabel\nfine\t2\n")
+    assert read_examples(str(train), ("sentence",), "label") == [{"text_a": "good film", "label": "1"},
+                                                                  {"text_a": "bad film", "label": "0"}]
+    with pytest.raises(ConfigError, match="no column 'score'"):
+        read_examples(str(train), ("sentence",), "score")
+    data = ClassificationDataModule(task="sst2", train_file=str(train), validation_file=str(dev))
+    with pytest.raises(ConfigError, match=r"validation labels \['2'\] never occur in training"):
+        data.setup("fit")
+    dev.write_text("sentence\tlabel\nfine\t1\n")
+    data = ClassificationDataModule(task="sst2", train_file=str(train), validation_file=str(dev))
+    data.setup("fit")
+    assert data.num_labels == 2 and data.majority_baseline() in (0.0, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["bert", "gpt2"])
+def test_classifier_head_learns_on_our_checkpoints(recipe, tmp_path):
+    pre = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_steps", "20",
+                   "--trainer.limit_val_batches", "0"], cwd=tmp_path)
+    assert pre.returncode == 0, pre.stderr[-2000:]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "finetune" / "code-or-prose.yaml"), "--model.init_from",
+                   str(ckpt), "--trainer.max_steps", "60", "--trainer.val_check_interval", "60",
+                   "--trainer.limit_val_batches", "5", "--trainer.log_every_n_steps", "5",
+                   "--trainer.default_root_dir", str(tmp_path / "ft"), "--trainer.logger.init_args.save_dir",
+                   str(tmp_path / "ft")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (metrics,) = (tmp_path / "ft").rglob("metrics.csv")
+    with open(metrics) as f:
+        rows = list(csv.DictReader(f))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+    val = [r for r in rows if r.get("val/accuracy")][-1]
+    assert 0.8 < float(val["val/majority_baseline"]) < 0.95 and 0 <= float(val["val/accuracy"]) <= 1
+
+
+@pytest.mark.parametrize("args,needles", [
+    ([], ["model.init_from is required"]),
+    (["--model.init_from", "{tmp}/missing.ckpt"], ["missing.ckpt"]),
+])
+def test_finetune_bad_input_is_one_line(args, needles, tmp_path):
+    from tests.test_cli import _one_line_error
+
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "finetune" / "code-or-prose.yaml"), "--trainer.max_steps",
+                   "1", *args], cwd=tmp_path)
+    _one_line_error(res, *needles)
