@@ -7,24 +7,12 @@ from __future__ import annotations
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from plm_lightning.data.corruption import IGNORE_INDEX
-from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sampling import KeyedList, ResumableDataLoader, resumable_loader
 from plm_lightning.data.sources import load_parallel
 from plm_lightning.data.static import WordVocabulary, split_words
 from plm_lightning.errors import ConfigError
-
-
-class SentencePairs(Dataset):
-    def __init__(self, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        self.pairs = pairs
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __getitem__(self, key: int | tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        return self.pairs[key[1] if isinstance(key, tuple) else key]
 
 
 def pad(rows: list[np.ndarray], value: int) -> torch.Tensor:
@@ -98,16 +86,9 @@ class ParallelDataModule(L.LightningDataModule):
         self.splits = {"train": [encode(i) for i in train], "val": [encode(i) for i in sorted(val)]}
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
-        pairs = SentencePairs(self.splits[split])
-        if len(pairs) == 0:
-            return []
-        trainer = self.trainer
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = BlockSampler(len(pairs), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
-                               drop_last=False)
-        return ResumableDataLoader(pairs, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                                   collate_fn=TranslationCollator(self.source_vocabulary, self.target_vocabulary),
-                                   generator=torch.Generator().manual_seed(self.seed))
+        collate = TranslationCollator(self.source_vocabulary, self.target_vocabulary)
+        return resumable_loader(KeyedList(self.splits[split]), collate, self.batch_size, shuffle, self.seed,
+                                self.num_workers, self.trainer)
 
     def train_dataloader(self) -> ResumableDataLoader:
         return self._loader("train", shuffle=True)

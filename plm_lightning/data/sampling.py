@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, DistributedSampler
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class BlockSampler(DistributedSampler):
@@ -162,3 +163,28 @@ class SegmentStreamSampler(BlockSampler):
         order = np.empty(self.total_size, dtype=np.int64)
         order[(r + replicas * (t * rows + b)).reshape(-1)] = ((r * rows + b) * self.segments + t).reshape(-1)
         return order
+
+
+class KeyedList(Dataset):
+    """A list addressed by a ``BlockSampler``'s ``(epoch, index, position)`` keys (or plain indices)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> Any:
+        return self.items[key[1] if isinstance(key, tuple) else key]
+
+
+def resumable_loader(dataset: Dataset, collate_fn: Any, batch_size: int, shuffle: bool, seed: int,
+                     num_workers: int = 0, trainer: Any = None) -> ResumableDataLoader | list:
+    """Every sample of ``dataset`` once per epoch (shuffled by seed and epoch, or in order), sharded over the
+    trainer's ranks, in a loader that resumes mid-epoch; ``[]`` for an empty dataset."""
+    if len(dataset) == 0:
+        return []
+    replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    sampler = BlockSampler(len(dataset), shuffle=shuffle, seed=seed, num_replicas=replicas, rank=rank, drop_last=False)
+    return ResumableDataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn,
+                               num_workers=num_workers, generator=torch.Generator().manual_seed(seed))

@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.datamodule import default_cache_dir
-from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sampling import ResumableDataLoader, resumable_loader
 from plm_lightning.data.sources import load_documents
 from plm_lightning.errors import ConfigError
 
@@ -341,14 +341,7 @@ class WordEmbeddingDataModule(L.LightningDataModule):
         return rows, cols, values
 
     def _loader(self, dataset: Dataset, collate: Any, shuffle: bool) -> ResumableDataLoader | list:
-        if len(dataset) == 0:
-            return []
-        trainer = self.trainer
-        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = BlockSampler(len(dataset), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
-                               drop_last=False)
-        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=collate,
-                                   num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+        return resumable_loader(dataset, collate, self.batch_size, shuffle, self.seed, self.num_workers, self.trainer)
 
     def pairs_collator(self) -> Word2VecCollator:
         vocab = self.vocabulary

@@ -17,8 +17,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
+from plm_lightning.data.sampling import KeyedList, ResumableDataLoader, resumable_loader
 from plm_lightning.data.sources import embedded_corpus, split_sentences
 from plm_lightning.errors import ConfigError
 
@@ -200,18 +200,15 @@ class ClassificationDataModule(L.LightningDataModule):
                 "attention_mask": torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r in ids]),
                 "labels": torch.tensor(labels)}
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader | list:
-        rows = self.examples.get(split) or []
-        if not rows:
-            return []
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, collate_fn=self.collate,
-                          num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        return resumable_loader(KeyedList(self.examples.get(split) or []), self.collate, self.batch_size, shuffle,
+                                self.seed, self.num_workers, self.trainer)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ResumableDataLoader:
         return self._loader("train", True)
 
-    def val_dataloader(self) -> DataLoader | list:
+    def val_dataloader(self) -> ResumableDataLoader | list:
         return self._loader("validation", False)
 
-    def test_dataloader(self) -> DataLoader | list:
+    def test_dataloader(self) -> ResumableDataLoader | list:
         return self._loader("test", False)
