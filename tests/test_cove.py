@@ -1,8 +1,6 @@
 """CoVe: the MT-LSTM's vectors ignore padding, the features are [GloVe; CoVe], word vectors load (and stay frozen)
 from the word2vec text format, the translation recipe trains, and bad parallel input is a one-line error."""
 
-import csv
-
 import numpy as np
 import pytest
 import torch
@@ -11,6 +9,7 @@ from plm_lightning.data.parallel import TranslationCollator
 from plm_lightning.data.static import WordVocabulary
 from plm_lightning.objectives import CoVe
 from tests.conftest import ROOT, run_cli
+from tests.test_cli import _train_losses
 
 
 def _model(tmp_path=None, **kwargs) -> CoVe:
@@ -59,9 +58,7 @@ def test_cove_recipe_trains(tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "cove.yaml"), "--trainer.max_steps", "60",
                    "--trainer.val_check_interval", "30", "--trainer.limit_val_batches", "2"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    (metrics,) = (tmp_path / "runs").rglob("metrics.csv")
-    with open(metrics) as f:
-        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    losses = _train_losses(tmp_path / "runs")
     assert losses[-1] < losses[0] - 1.5, losses
 
 

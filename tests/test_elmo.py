@@ -1,8 +1,6 @@
 """ELMo: each direction's LM never sees the token it predicts, padding never reaches the backward LM, ScalarMix is a
 softmax-weighted sum, the character encoder reads bytes between word marks, and the recipe trains from the CLI."""
 
-import csv
-
 import numpy as np
 import pytest
 import torch
@@ -11,6 +9,7 @@ from plm_lightning.data.static import SequenceCollator, WordVocabulary
 from plm_lightning.nn.recurrent import BOW, CHAR_PAD, EOW, ScalarMix, char_ids, reversal_index
 from plm_lightning.objectives import ELMo
 from tests.conftest import ROOT, run_cli
+from tests.test_cli import _train_losses
 
 WORDS = [f"w{i}" for i in range(30)]
 
@@ -80,9 +79,7 @@ def test_elmo_recipe_trains(tmp_path):
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "elmo.yaml"), "--trainer.max_steps", "60",
                    "--trainer.val_check_interval", "30", "--trainer.limit_val_batches", "2"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    (metrics,) = (tmp_path / "runs").rglob("metrics.csv")
-    with open(metrics) as f:
-        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    losses = _train_losses(tmp_path / "runs")
     assert losses[-1] < losses[0] - 1.0, losses
 
 
