@@ -30,7 +30,16 @@ from plm_lightning.data import (
 )
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
-from plm_lightning.finetune import ClassificationDataModule, SequenceClassifier
+from plm_lightning.finetune import (
+    ChoiceDataModule,
+    ClassificationDataModule,
+    MultipleChoice,
+    QADataModule,
+    SequenceClassifier,
+    SpanExtractor,
+    TaggingDataModule,
+    TokenClassifier,
+)
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
@@ -51,11 +60,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule",
-    "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "MASSDataModule", "MaskedLM",
-    "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
-    "MultilingualSpanCorruptionDataModule", "PRESETS", "ParallelDataModule", "PermutationLM", "PermutationLMDataModule",
-    "PretrainingModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier",
-    "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "ThroughputMFU", "UL2DataModule", "UniLMDataModule",
-    "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2",
+    "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
+    "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
+    "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",
+    "PermutationLMDataModule", "PretrainingModule", "QADataModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
+    "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule", "TextDataModule",
+    "TextTokenizer", "ThroughputMFU", "TokenClassifier", "UL2DataModule", "UniLMDataModule", "Word2Vec",
+    "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

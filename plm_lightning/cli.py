@@ -163,7 +163,16 @@ def _valid_keys(section: str) -> list[str]:
         UniLMDataModule,
         WordEmbeddingDataModule,
     )
-    from plm_lightning.finetune import ClassificationDataModule, SequenceClassifier
+    from plm_lightning.finetune import (
+        ChoiceDataModule,
+        ClassificationDataModule,
+        MultipleChoice,
+        QADataModule,
+        SequenceClassifier,
+        SpanExtractor,
+        TaggingDataModule,
+        TokenClassifier,
+    )
     from plm_lightning.objectives import (
         ELECTRA,
         ERNIE2,
@@ -179,12 +188,13 @@ def _valid_keys(section: str) -> list[str]:
     )
 
     classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
-                         FastText, GloVe, ELMo, CoVe, SequenceClassifier],
+                         FastText, GloVe, ELMo, CoVe, SequenceClassifier, TokenClassifier, SpanExtractor,
+                         MultipleChoice],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
                         CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule,
-                        ClassificationDataModule]}
+                        ClassificationDataModule, TaggingDataModule, QADataModule, ChoiceDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

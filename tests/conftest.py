@@ -104,3 +104,26 @@ def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, 
     if kind == "bias":
         case["position_bias"] = RelativePositionBias(heads)(length, length).detach()
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in case.items()}
+
+
+def tiny_pretrained(path: Path, family: str) -> str:
+    """A tiny BERT (``bert``) or GPT-2 (``gpt2``) checkpoint of ours with random weights and a tokenizer trained on a
+    slice of the embedded corpus, written as the pretraining recipes write theirs (for fine-tuning tests)."""
+    import itertools
+
+    import torch
+
+    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.objectives import CausalLM, MaskedLM
+    from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+    kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt")}[family]
+    tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
+    torch.manual_seed(0)
+    module = cls(backbone=preset, vocab_size=tok.vocab_size)
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                CHECKPOINT_KEY: {"objective": cls.__name__, "backbone": module.config.to_dict(),
+                                 "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special,
+                                               "kind": tok.kind}}}, path)
+    return str(path)

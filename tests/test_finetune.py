@@ -8,8 +8,8 @@ import pytest
 from plm_lightning.data.sources import embedded_corpus, split_sentences
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune import ClassificationDataModule, offline_task
-from plm_lightning.finetune.data import read_examples
-from tests.conftest import ROOT, run_cli
+from plm_lightning.finetune.formats import read_examples
+from tests.conftest import ROOT, run_cli, tiny_pretrained
 
 
 @pytest.fixture(scope="module")
@@ -56,36 +56,44 @@ def test_glue_tsv_columns_labels_and_errors(tmp_path):
     assert data.num_labels == 2 and data.majority_baseline() in (0.0, 1.0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "gpt2"])
-def test_classifier_head_learns_on_our_checkpoints(recipe, tmp_path):
-    pre = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_steps", "20",
-                   "--trainer.limit_val_batches", "0"], cwd=tmp_path)
-    assert pre.returncode == 0, pre.stderr[-2000:]
-    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
-    res = run_cli(["fit", "--config", str(ROOT / "configs" / "finetune" / "code-or-prose.yaml"), "--model.init_from",
-                   str(ckpt), "--trainer.max_steps", "60", "--trainer.val_check_interval", "60",
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrained")
+    return {family: tiny_pretrained(root / f"{family}.ckpt", family) for family in ("bert", "gpt2")}
+
+
+def _finetune(config, ckpt, tmp_path, steps, *extra):
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "finetune" / f"{config}.yaml"), "--model.init_from",
+                   str(ckpt), "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),
                    "--trainer.limit_val_batches", "5", "--trainer.log_every_n_steps", "5",
                    "--trainer.default_root_dir", str(tmp_path / "ft"), "--trainer.logger.init_args.save_dir",
-                   str(tmp_path / "ft")], cwd=tmp_path)
+                   str(tmp_path / "ft"), *extra], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     (metrics,) = (tmp_path / "ft").rglob("metrics.csv")
     with open(metrics) as f:
-        rows = list(csv.DictReader(f))
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["bert", "gpt2"])
+def test_classifier_head_learns_on_our_checkpoints(recipe, pretrained, tmp_path):
+    rows = _finetune("code-or-prose", pretrained[recipe], tmp_path, 60)
     losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
     val = [r for r in rows if r.get("val/accuracy")][-1]
     assert 0.8 < float(val["val/majority_baseline"]) < 0.95 and 0 <= float(val["val/accuracy"]) <= 1
 
 
-@pytest.mark.parametrize("args,needles", [
-    ([], ["model.init_from is required"]),
-    (["--model.init_from", "{tmp}/missing.ckpt"], ["missing.ckpt"]),
-])
-def test_finetune_bad_input_is_one_line(args, needles, tmp_path):
-    from tests.test_cli import _one_line_error
-
-    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    res = run_cli(["fit", "--config", str(ROOT / "configs" / "finetune" / "code-or-prose.yaml"), "--trainer.max_steps",
-                   "1", *args], cwd=tmp_path)
-    _one_line_error(res, *needles)
+@pytest.mark.slow
+@pytest.mark.parametrize("config,metric,architecture", [
+    ("markup-spans", "val/entity_f1", "BertForTokenClassification"),
+    ("cloze-spans", "val/exact_match", "BertForQuestionAnswering"),
+    ("next-sentence", "val/accuracy", "BertForMultipleChoice")])
+def test_every_offline_task_runs_from_its_config_and_exports(config, metric, architecture, pretrained, tmp_path):
+    rows = _finetune(config, pretrained["bert"], tmp_path, 6, "--data.batch_size", "4")
+    val = [r for r in rows if r.get(metric)][-1]
+    assert 0 <= float(val[metric]) <= 1 and val["val/majority_baseline"] and val["val/loss"]
+    (ckpt,) = (tmp_path / "ft").rglob("last.ckpt")
+    res = run_cli(["export", str(ckpt), str(tmp_path / "hf")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert architecture in (tmp_path / "hf" / "config.json").read_text()

@@ -9,9 +9,12 @@ from typing import Any
 import torch
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.finetune.export import TASK_SUFFIX, finetuned_to_hf
 from plm_lightning.interop.hf import config_from_hf, family_of, from_hf, hf_config, to_hf
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
 
 
 def _safetensors():  # noqa: ANN202
@@ -82,6 +85,8 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     cfg = BackboneConfig(**meta["backbone"])
     state = ckpt["state_dict"]
     hparams = ckpt.get("hyper_parameters", {})
+    if meta["objective"] in TASK_SUFFIX:  # a fine-tuned head: a transformers task model
+        return finetuned_to_hf(ckpt, out_dir)
     if meta["objective"] == "ELECTRA":
         state, cfg = _electra_view(state, hparams, cfg, part)
     elif part != "discriminator":
@@ -180,6 +185,8 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     allowed = ("lm_head.weight", "generator.embeddings.")  # tied to, or shared with, a table that was loaded
     if objective == "ELECTRA" and generator_dir is None:
         allowed = ("lm_head.", "generator.")  # a fresh generator
+    if any(a.endswith(TASK_SUFFIX_VALUES) for a in config.get("architectures") or []):
+        allowed = (*allowed, "lm_head.", "sentence_head.", "rtd_head.")  # a task model: only its backbone is read
     missing = [k for k in missing if not k.startswith(allowed)]
     if missing or unexpected:
         raise ConfigError(f"import: weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -205,6 +212,20 @@ def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Pat
     return {"family": meta["family"], "objective": meta["objective"], "checkpoint": str(out)}
 
 
+def _base_family(ckpt: dict[str, Any]) -> str | None:
+    """The transformers family of a checkpoint's bare backbone (``bert-nsp`` -> ``bert``), None when it has none."""
+    meta = ckpt[CHECKPOINT_KEY]
+    family = meta.get("family")
+    if family is None:
+        tokenizer = _tokenizer_from_meta(meta)
+        try:
+            family = family_of(ckpt["state_dict"], BackboneConfig(**meta["backbone"]), meta["objective"],
+                               tokenizer.kind if tokenizer else None)
+        except ConfigError:
+            return None
+    return {"bert-nsp": "bert", "albert-sop": "albert", "electra-generator": "electra"}.get(family, family)
+
+
 def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None, purpose: str = "this command"):
     """(our module in eval mode, its tokenizer) from a plm_lightning checkpoint or a transformers directory, the
     objective one of ``objectives`` (default: any Transformer objective)."""
@@ -221,6 +242,7 @@ def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None,
     hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
     model = getattr(module, meta["objective"])(**hparams)
     model.load_state_dict(ckpt["state_dict"], strict=False)
+    model.source_family = _base_family(ckpt)
     tokenizer = _tokenizer_from_meta(meta)
     if tokenizer is None:
         raise ConfigError(f"{purpose}: '{path}' has no tokenizer; train with this package or export one with it")

@@ -1,0 +1,125 @@
+"""Readers of the standard downstream file formats, local files only (nothing is downloaded): GLUE-style TSV / JSONL
+rows, CoNLL-2003 columns, SQuAD v1.1/v2.0 JSON and SWAG-style multiple-choice JSONL. Each returns plain example dicts;
+a malformed file is a ConfigError naming the file, the row and what was expected."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from plm_lightning.errors import ConfigError
+
+
+def _file(path: str, expected: str) -> Path:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"data: no such file '{path}' ({expected})")
+    return file
+
+
+def read_examples(path: str, text_columns: tuple[str, ...], label_column: str) -> list[dict[str, Any]]:
+    """Rows ``{"text_a", ["text_b"], "label"}`` of a TSV (header line, or columns by position when they are digits)
+    or JSONL file."""
+    file = _file(path, "a .tsv with a header line or a .jsonl")
+    if file.suffix == ".jsonl":
+        rows = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        with open(file, encoding="utf-8", newline="") as f:
+            table = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        positional = all(c.isdigit() for c in (*text_columns, label_column))
+        header = list(range(max(len(r) for r in table))) if positional else table[0]
+        rows = [dict(zip(map(str, header), r)) for r in (table if positional else table[1:])]
+    out = []
+    for n, row in enumerate(rows, 1):
+        missing = [c for c in (*text_columns, label_column) if c not in row]
+        if missing:
+            raise ConfigError(f"data: '{path}' row {n} has no column {missing[0]!r}; its columns are "
+                              f"{', '.join(map(str, row))} (set data.text_columns / data.label_column)")
+        example = {"text_a": row[text_columns[0]], "label": row[label_column]}
+        if len(text_columns) > 1:
+            example["text_b"] = row[text_columns[1]]
+        out.append(example)
+    return out
+
+
+def read_conll(path: str, tag_column: int = -1) -> list[dict[str, Any]]:
+    """Sentences ``{"words", "tags"}`` of a CoNLL-2003 file: one token per line (word first, the NER tag in
+    ``tag_column``), blank lines between sentences, ``-DOCSTART-`` lines skipped. JSONL with ``tokens``/``words`` and
+    ``ner_tags``/``tags`` (string tags) is read too."""
+    file = _file(path, "CoNLL columns: one 'word ... tag' line per token, a blank line between sentences, or .jsonl")
+    if file.suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            words, tags = row.get("tokens", row.get("words")), row.get("ner_tags", row.get("tags"))
+            if words is None or tags is None or len(words) != len(tags):
+                raise ConfigError(f"data: '{path}' line {n} needs 'tokens' and 'ner_tags' lists of equal length")
+            out.append({"words": [str(w) for w in words], "tags": [str(t) for t in tags]})
+        return out
+    sentences: list[dict[str, Any]] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if words:
+                sentences.append({"words": words, "tags": tags})
+            words, tags = [], []
+            continue
+        if len(fields) < 2:
+            raise ConfigError(f"data: '{path}' line {n} has one column; CoNLL lines are 'word ... tag'")
+        words.append(fields[0])
+        tags.append(fields[tag_column])
+    if words:
+        sentences.append({"words": words, "tags": tags})
+    return sentences
+
+
+def read_squad(path: str) -> list[dict[str, Any]]:
+    """Questions ``{"id", "question", "context", "answers": [{"text", "start"}], "impossible"}`` of a SQuAD v1.1 or
+    v2.0 JSON file. Every answer must be the context's text at its ``answer_start``."""
+    file = _file(path, "SQuAD JSON: {'data': [{'paragraphs': [{'context', 'qas'}]}]}")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))["data"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ConfigError(f"data: '{path}' is not SQuAD JSON (a top-level 'data' list): {err}") from err
+    out = []
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                answers = [{"text": a["text"], "start": int(a["answer_start"])} for a in qa.get("answers", [])]
+                for a in answers:
+                    if context[a["start"]:a["start"] + len(a["text"])] != a["text"]:
+                        raise ConfigError(f"data: '{path}' question {qa['id']}: the answer {a['text']!r} is not in "
+                                          f"its context at answer_start {a['start']}")
+                impossible = bool(qa.get("is_impossible", False))
+                if not answers and not impossible:
+                    raise ConfigError(f"data: '{path}' question {qa['id']} has no answer and is not is_impossible")
+                out.append({"id": str(qa["id"]), "question": qa["question"], "context": context, "answers": answers,
+                            "impossible": impossible})
+    return out
+
+
+def read_choices(path: str) -> list[dict[str, Any]]:
+    """Multiple-choice rows ``{"context", "choices", "label"}`` of a JSONL file (SWAG / HellaSwag style:
+    ``context`` or ``ctx``, ``choices`` or ``endings``, and the index of the right one in ``label``)."""
+    file = _file(path, "JSONL rows with context, choices (or endings) and label")
+    out = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        context, choices = row.get("context", row.get("ctx")), row.get("choices", row.get("endings"))
+        if context is None or not choices or "label" not in row:
+            raise ConfigError(f"data: '{path}' line {n} needs 'context', 'choices' (or 'endings') and 'label'")
+        label = int(row["label"])
+        if not 0 <= label < len(choices):
+            raise ConfigError(f"data: '{path}' line {n}: label {label} is not the index of one of its "
+                              f"{len(choices)} choices")
+        out.append({"context": str(context), "choices": [str(c) for c in choices], "label": label})
+    return out
