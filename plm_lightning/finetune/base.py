@@ -6,6 +6,7 @@ writes as transformers head models (``finetune.export``)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -14,6 +15,15 @@ from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.finetune.transfer import (
+    Transfer,
+    add_adapters,
+    discriminative_param_groups,
+    layer_groups,
+    set_trainable_groups,
+    slanted_triangular,
+    unfrozen_groups,
+)
 from plm_lightning.objectives.schedules import lr_lambda
 
 ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM")
@@ -27,9 +37,13 @@ class FinetuneModule(L.LightningModule):
     val_metrics: MetricCollection
     test_metrics: MetricCollection
 
-    def attach_pretrained(self, init_from: str | None, random_init: bool = False, tokenizer: str | None = None) -> Any:
+    def attach_pretrained(self, init_from: str | None, random_init: bool = False, tokenizer: str | None = None,
+                          transfer: Transfer | None = None) -> Any:
         """Load ``init_from`` (a plm_lightning checkpoint or a transformers directory); keep its backbone and
-        tokenizer; return the whole pretrained module (heads a subclass may reuse, e.g. BERT's NSP pooler)."""
+        tokenizer; return the whole pretrained module (heads a subclass may reuse, e.g. BERT's NSP pooler).
+        ``transfer`` (ULMFiT, adapters: ``finetune.transfer``) is kept in the hyperparameters as a plain dict."""
+        self.transfer = transfer or Transfer()
+        self.hparams["transfer"] = asdict(self.transfer)
         if not init_from:
             raise ConfigError("model.init_from is required: a plm_lightning checkpoint or a transformers directory")
         from plm_lightning.interop.io import load_pretrained
@@ -53,6 +67,8 @@ class FinetuneModule(L.LightningModule):
         self.source_family: str | None = pretrained.source_family
         """The transformers family the backbone exports to (``bert``, ``roberta``, ``electra``, ``gpt2`` ...), or None."""
         self.val_loss = MeanMetric()
+        if self.transfer.adapter_size:
+            add_adapters(self.backbone, self.backbone_config.hidden_size, self.transfer.adapter_size)
         return pretrained
 
     def load_head(self, init_from: str | None) -> None:
@@ -122,14 +138,19 @@ class FinetuneModule(L.LightningModule):
         self.test_metrics.reset()
 
     # -- optimisation ----------------------------------------------------------------------------------------------
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Gradual unfreezing and adapters: which layer groups train at this step."""
+        t = self.transfer
+        if t.unfreeze_every or t.adapter_size:
+            set_trainable_groups(self, unfrozen_groups(self.global_step, t.unfreeze_every, len(layer_groups(self))))
+
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        decay = [p for p in self.parameters() if p.requires_grad and p.ndim >= 2]
-        no_decay = [p for p in self.parameters() if p.requires_grad and p.ndim < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=hp.learning_rate)
+        hp, t = self.hparams, self.transfer
+        groups = discriminative_param_groups(self, hp.learning_rate, t.layer_lr_decay, hp.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        schedule = lr_lambda(int(hp.warmup_ratio * total), total, "linear", 0.0)
+        schedule = (slanted_triangular(total, t.cut_frac, t.ratio) if t.schedule == "slanted_triangular"
+                    else lr_lambda(int(hp.warmup_ratio * total), total, "linear", 0.0))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                                                          "interval": "step"}}
 

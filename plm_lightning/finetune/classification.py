@@ -18,6 +18,7 @@ from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import FinetuneModule
+from plm_lightning.finetune.transfer import Transfer
 from plm_lightning.nn import Pooler
 
 
@@ -28,13 +29,24 @@ def last_token_states(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     return hidden[torch.arange(len(hidden), device=hidden.device), last.long()]
 
 
-def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str) -> tuple[str, Pooler | None]:
+def concat_pooling(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """ULMFiT's concat pooling (Howard & Ruder 2018, sec. 3.3): [h_T, maxpool(H), meanpool(H)] over the real tokens."""
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+    real = attention_mask.bool()[..., None]
+    maximum = hidden.masked_fill(~real, float("-inf")).amax(1)
+    mean = (hidden * real).sum(1) / real.sum(1).clamp(min=1)
+    return torch.cat([last_token_states(hidden, attention_mask), maximum, mean], dim=-1)
+
+
+def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str,
+                    modes: tuple[str, ...] = ("auto", "first", "last")) -> tuple[str, Pooler | None]:
     """The pooling mode (``auto``: first for encoders, last for causal models) and, for ``first``, BERT's pooler,
     initialised from the pretrained NSP/SOP pooler when there is one (and weights are not reset)."""
-    if pooling not in ("auto", "first", "last"):
-        raise ConfigError(f"model.pooling={pooling!r} is not one of auto, first, last")
+    if pooling not in modes:
+        raise ConfigError(f"model.pooling={pooling!r} is not one of {', '.join(modes)}")
     mode = ("last" if module.causal else "first") if pooling == "auto" else pooling
-    if mode == "last":
+    if mode != "first":
         return mode, None
     pooler = Pooler(module.backbone_config.hidden_size)
     head = getattr(pretrained, "sentence_head", None)
@@ -44,23 +56,28 @@ def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str) -> tu
 
 
 def pooled_states(module: Any, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
-    """One vector per sequence: [CLS] through the pooler, or the last real token."""
+    """One vector per sequence: [CLS] through the pooler, the last real token, or ULMFiT's concat pooling."""
     hidden = module.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+    if module.pooling == "concat":
+        return concat_pooling(hidden, attention_mask)
     return module.pooler(hidden) if module.pooling == "first" else last_token_states(hidden, attention_mask)
 
 
 class SequenceClassifier(FinetuneModule):
     """A classifier head on the backbone of ``init_from`` (a checkpoint of ours or a transformers directory)."""
 
-    def __init__(self, init_from: str | None = None, num_labels: int = 2, pooling: Literal["auto", "first", "last"] = "auto",
+    def __init__(self, init_from: str | None = None, num_labels: int = 2,
+                 pooling: Literal["auto", "first", "last", "concat"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
-                 warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None) -> None:
+                 warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
+                 transfer: Transfer | None = None) -> None:
         """
         Args:
             init_from: The pretrained model: a plm_lightning checkpoint (MLM, ELECTRA, ERNIE 2.0, causal LM) or a
                 transformers directory we import (a ``*ForSequenceClassification`` one brings its head too).
             num_labels: Classes; 1 = regression.
-            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), or auto.
+            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), auto, or
+                concat (ULMFiT: last token, max and mean over the tokens).
             dropout: Before the classifier (BERT, GPT: 0.1).
             learning_rate: AdamW's peak rate (BERT's grid: 2e-5 to 5e-5).
             weight_decay: AdamW's decoupled weight decay (0.01).
@@ -68,15 +85,18 @@ class SequenceClassifier(FinetuneModule):
             random_init: Keep the architecture and tokenizer but start from random weights (the no-pretraining
                 control of a transfer study).
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's own; its vocabulary must fit.
+            transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
+                (``finetune.transfer.Transfer``; default: plain full fine-tuning).
         """
         super().__init__()
         if num_labels < 1:
             raise ConfigError(f"model.num_labels={num_labels} must be >= 1 (1 = regression)")
         self.save_hyperparameters()
-        pretrained = self.attach_pretrained(init_from, random_init, tokenizer)
-        self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling)
+        pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer)
+        self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling, ("auto", "first", "last", "concat"))
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(self.backbone_config.hidden_size, num_labels, bias=self.pooling == "first")
+        width = self.backbone_config.hidden_size * (3 if self.pooling == "concat" else 1)
+        self.classifier = nn.Linear(width, num_labels, bias=self.pooling != "last")
         nn.init.normal_(self.classifier.weight, 0.0, 0.02)
         if self.classifier.bias is not None:
             nn.init.zeros_(self.classifier.bias)
@@ -114,7 +134,8 @@ class MultipleChoice(FinetuneModule):
 
     def __init__(self, init_from: str | None = None, pooling: Literal["auto", "first", "last"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
-                 warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None) -> None:
+                 warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
+                 transfer: Transfer | None = None) -> None:
         """
         Args:
             init_from: The pretrained model: a plm_lightning checkpoint or a transformers directory (a
@@ -126,10 +147,12 @@ class MultipleChoice(FinetuneModule):
             warmup_ratio: Linear warm-up share of the steps, then linear decay.
             random_init: Same architecture from random weights (the no-pretraining control).
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's; its vocabulary must fit.
+            transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
+                (``finetune.transfer.Transfer``; default: plain full fine-tuning).
         """
         super().__init__()
         self.save_hyperparameters()
-        pretrained = self.attach_pretrained(init_from, random_init, tokenizer)
+        pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer)
         self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(self.backbone_config.hidden_size, 1, bias=self.pooling == "first")

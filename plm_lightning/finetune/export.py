@@ -58,6 +58,12 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
 
     meta = checkpoint[CHECKPOINT_KEY]
     head, family, labels = meta["objective"], meta.get("family"), meta.get("labels") or []
+    hparams = checkpoint.get("hyper_parameters", {})
+    if (hparams.get("transfer") or {}).get("adapter_size"):
+        raise ConfigError("export: a model fine-tuned with adapters has no transformers class (the adapters would be "
+                          "lost); keep the Lightning checkpoint")
+    if hparams.get("pooling") == "concat":
+        raise ConfigError("export: concat pooling (ULMFiT) has no transformers class; fine-tune with pooling first/last")
     pairs = head_pairs(head, family)
     cfg = BackboneConfig(**meta["backbone"])
     state = checkpoint["state_dict"]

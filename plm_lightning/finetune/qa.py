@@ -18,6 +18,7 @@ from torchmetrics.text import SQuAD
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import FinetuneModule
+from plm_lightning.finetune.transfer import Transfer
 
 
 class SQuADScore(SQuAD):
@@ -44,7 +45,8 @@ class SpanExtractor(FinetuneModule):
 
     def __init__(self, init_from: str | None = None, max_answer_length: int = 30, null_threshold: float = 0.0,
                  learning_rate: float = 5e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.1,
-                 random_init: bool = False, tokenizer: str | None = None) -> None:
+                 random_init: bool = False, tokenizer: str | None = None,
+                 transfer: Transfer | None = None) -> None:
         """
         Args:
             init_from: The pretrained encoder: a plm_lightning checkpoint or a transformers directory (a
@@ -56,10 +58,12 @@ class SpanExtractor(FinetuneModule):
             warmup_ratio: Linear warm-up share of the steps, then linear decay.
             random_init: Same architecture from random weights (the no-pretraining control).
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's; its vocabulary must fit.
+            transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
+                (``finetune.transfer.Transfer``; default: plain full fine-tuning).
         """
         super().__init__()
         self.save_hyperparameters()
-        self.attach_pretrained(init_from, random_init, tokenizer)
+        self.attach_pretrained(init_from, random_init, tokenizer, transfer)
         if self.causal:
             raise ConfigError("model.init_from: extractive QA reads the whole context at every position; give an "
                               "encoder (MLM, ELECTRA, ERNIE 2.0), not a causal LM")

@@ -15,6 +15,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import FinetuneModule
 from plm_lightning.finetune.metrics import EntityF1
 from plm_lightning.finetune.tagging_data import IGNORE
+from plm_lightning.finetune.transfer import Transfer
 
 
 class TokenClassifier(FinetuneModule):
@@ -22,7 +23,8 @@ class TokenClassifier(FinetuneModule):
 
     def __init__(self, init_from: str | None = None, num_labels: int = 5, dropout: float = 0.1,
                  learning_rate: float = 5e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.1,
-                 random_init: bool = False, tokenizer: str | None = None) -> None:
+                 random_init: bool = False, tokenizer: str | None = None,
+                 transfer: Transfer | None = None) -> None:
         """
         Args:
             init_from: The pretrained model: a plm_lightning checkpoint or a transformers directory (a
@@ -34,12 +36,14 @@ class TokenClassifier(FinetuneModule):
             warmup_ratio: Linear warm-up share of the steps, then linear decay.
             random_init: Same architecture from random weights (the no-pretraining control).
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's; its vocabulary must fit.
+            transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
+                (``finetune.transfer.Transfer``; default: plain full fine-tuning).
         """
         super().__init__()
         if num_labels < 2:
             raise ConfigError(f"model.num_labels={num_labels} must be >= 2 (O and at least one B- tag)")
         self.save_hyperparameters()
-        self.attach_pretrained(init_from, random_init, tokenizer)
+        self.attach_pretrained(init_from, random_init, tokenizer, transfer)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(self.backbone_config.hidden_size, num_labels)
         nn.init.normal_(self.classifier.weight, 0.0, 0.02)
