@@ -46,6 +46,7 @@ from plm_lightning.objectives import (
     ERNIE2,
     CausalLM,
     CoVe,
+    DistilBERT,
     ELMo,
     FastText,
     GloVe,
@@ -60,8 +61,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "ELECTRA", "ELMo", "ERNIE2",
-    "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
+    "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "DistilBERT", "ELECTRA", "ELMo",
+    "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
     "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
     "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",
     "PermutationLMDataModule", "PretrainingModule", "QADataModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",

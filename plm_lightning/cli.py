@@ -178,6 +178,7 @@ def _valid_keys(section: str) -> list[str]:
         ERNIE2,
         CausalLM,
         CoVe,
+        DistilBERT,
         ELMo,
         FastText,
         GloVe,
@@ -187,7 +188,7 @@ def _valid_keys(section: str) -> list[str]:
         Word2Vec,
     )
 
-    classes = {"model": [MaskedLM, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
+    classes = {"model": [MaskedLM, DistilBERT, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
                          FastText, GloVe, ELMo, CoVe, SequenceClassifier, TokenClassifier, SpanExtractor,
                          MultipleChoice],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,

@@ -3,6 +3,7 @@
 from plm_lightning.objectives.base import PretrainingModule
 from plm_lightning.objectives.causal_lm import CausalLM
 from plm_lightning.objectives.cove import CoVe
+from plm_lightning.objectives.distillation import DistilBERT
 from plm_lightning.objectives.electra import ELECTRA
 from plm_lightning.objectives.elmo import ELMo
 from plm_lightning.objectives.ernie2 import ERNIE2
@@ -12,6 +13,6 @@ from plm_lightning.objectives.seq2seq import Seq2SeqLM
 from plm_lightning.objectives.static_embeddings import FastText, GloVe, StaticEmbeddings, Word2Vec
 
 __all__ = [
-    "CausalLM", "CoVe", "ELECTRA", "ELMo", "ERNIE2", "FastText", "GloVe", "MaskedLM", "PermutationLM",
+    "CausalLM", "CoVe", "DistilBERT", "ELECTRA", "ELMo", "ERNIE2", "FastText", "GloVe", "MaskedLM", "PermutationLM",
     "PretrainingModule", "Seq2SeqLM", "StaticEmbeddings", "Word2Vec",
 ]
