@@ -159,3 +159,27 @@ def test_random_init_keeps_the_architecture_and_drops_the_weights(checkpoints):
 def test_extractive_qa_needs_an_encoder(checkpoints):
     with pytest.raises(ConfigError, match="give an encoder"):
         SpanExtractor(init_from=checkpoints["gpt2"])
+
+
+def test_gpt_similarity_adds_the_representations_of_both_orders(checkpoints):
+    from plm_lightning.finetune.classification import pooled_states
+
+    model = SequenceClassifier(init_from=checkpoints["gpt2"]).eval()
+    data = ClassificationDataModule(task="offline:continuation", both_orders=True, max_length=48)
+    data.tokenizer = model.tokenizer
+    data.setup("fit")
+    rows = data.examples["train"][:3]
+    batch = data.collate(rows)
+    eos = model.tokenizer.ids["eos"]
+    first = model.tokenizer.encode_batch([rows[0]["text_a"], rows[0]["text_b"]])
+    swapped_ids = batch["swapped_input_ids"][0][batch["swapped_attention_mask"][0].bool()].tolist()
+    assert swapped_ids == first[1] + [eos] + first[0] + [eos] or len(swapped_ids) == 48
+    with torch.no_grad():
+        logits, _ = model.step(batch)
+        one = pooled_states(model, model.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state,
+                            batch["attention_mask"])
+        two = pooled_states(model, model.backbone(batch["swapped_input_ids"], batch["swapped_attention_mask"])
+                            .last_hidden_state, batch["swapped_attention_mask"])
+        torch.testing.assert_close(logits, model.classifier(one + two))
+    data.both_orders = None  # default: only GLUE's similarity tasks (mrpc, qqp, stsb) on a GPT tokenizer
+    assert "swapped_input_ids" not in data.collate(rows)

@@ -114,3 +114,30 @@ def test_transfer_options_are_checked():
         Transfer(layer_lr_decay=2.6)
     with pytest.raises(ConfigError, match="schedule='cosine'"):
         Transfer(schedule="cosine")
+
+
+def test_gpt_auxiliary_lm_objective_adds_lambda_times_the_next_token_loss(tmp_path):
+    import torch.nn.functional as F
+
+    gpt = tiny_pretrained(tmp_path / "gpt2.ckpt", "gpt2")
+    torch.manual_seed(0)
+    model = SequenceClassifier(init_from=gpt, lm_weight=0.5).eval()
+    data = ClassificationDataModule(task="offline:continuation", max_length=40)
+    data.tokenizer = model.tokenizer
+    data.setup("fit")
+    batch = data.collate(data.examples["train"][:4])
+    with torch.no_grad():
+        logits, total = model.step(batch)
+        task = model.loss(logits, batch["labels"])
+        hidden = model.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        lm_logits = model.lm_head(hidden)[:, :-1]
+        real = batch["attention_mask"].bool()
+        keep = real[:, :-1] & real[:, 1:]
+        lm = F.cross_entropy(lm_logits[keep], batch["input_ids"][:, 1:][keep])
+    torch.testing.assert_close(total, task + 0.5 * lm)
+    assert model.lm_head.weight is model.backbone.embeddings.token.weight  # GPT's tied output embedding
+
+
+def test_auxiliary_lm_objective_needs_a_causal_model(bert):
+    with pytest.raises(ConfigError, match="give a causal LM checkpoint"):
+        SequenceClassifier(init_from=bert, lm_weight=0.5)

@@ -55,12 +55,32 @@ def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str,
     return mode, pooler
 
 
-def pooled_states(module: Any, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+def pooled_states(module: Any, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     """One vector per sequence: [CLS] through the pooler, the last real token, or ULMFiT's concat pooling."""
-    hidden = module.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
     if module.pooling == "concat":
         return concat_pooling(hidden, attention_mask)
     return module.pooler(hidden) if module.pooling == "first" else last_token_states(hidden, attention_mask)
+
+
+def auxiliary_lm_head(module: FinetuneModule, pretrained: Any, lm_weight: float) -> nn.Module | None:
+    """GPT's auxiliary objective (Radford et al. 2018, eq. 5: L3 = L2 + lambda * L1, lambda = 0.5) needs the
+    pretrained causal LM head (tied to the embeddings); None when ``lm_weight`` is 0."""
+    if lm_weight < 0:
+        raise ConfigError(f"model.lm_weight={lm_weight} must be >= 0 (GPT: 0.5)")
+    if not lm_weight:
+        return None
+    if not module.causal:
+        raise ConfigError("model.lm_weight: the auxiliary language-modelling loss is GPT's (next-token prediction); "
+                          "give a causal LM checkpoint or set model.lm_weight=0")
+    return pretrained.lm_head
+
+
+def next_token_loss(lm_head: nn.Module, hidden: Tensor, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """L1 of GPT on the task's own text: next-token cross-entropy at every real token that has a successor."""
+    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+    positions = real[:, :-1] & real[:, 1:]
+    loss, _, _ = lm_head(hidden[:, :-1], positions, targets=input_ids[:, 1:][positions])
+    return loss
 
 
 class SequenceClassifier(FinetuneModule):
@@ -70,7 +90,7 @@ class SequenceClassifier(FinetuneModule):
                  pooling: Literal["auto", "first", "last", "concat"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
                  warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
-                 transfer: Transfer | None = None) -> None:
+                 transfer: Transfer | None = None, lm_weight: float = 0.0) -> None:
         """
         Args:
             init_from: The pretrained model: a plm_lightning checkpoint (MLM, ELECTRA, ERNIE 2.0, causal LM) or a
@@ -87,6 +107,8 @@ class SequenceClassifier(FinetuneModule):
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's own; its vocabulary must fit.
             transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
                 (``finetune.transfer.Transfer``; default: plain full fine-tuning).
+            lm_weight: GPT's auxiliary language-modelling loss on the task's text, L3 = L2 + lm_weight * L1 (GPT:
+                0.5; causal checkpoints only; 0 = off).
         """
         super().__init__()
         if num_labels < 1:
@@ -94,6 +116,7 @@ class SequenceClassifier(FinetuneModule):
         self.save_hyperparameters()
         pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer)
         self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling, ("auto", "first", "last", "concat"))
+        self.lm_head = auxiliary_lm_head(self, pretrained, lm_weight)
         self.dropout = nn.Dropout(dropout)
         width = self.backbone_config.hidden_size * (3 if self.pooling == "concat" else 1)
         self.classifier = nn.Linear(width, num_labels, bias=self.pooling != "last")
@@ -111,7 +134,11 @@ class SequenceClassifier(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> Tensor:
-        logits = self.classifier(self.dropout(pooled_states(self, input_ids, attention_mask, token_type_ids)))
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.logits(pooled_states(self, hidden, attention_mask))
+
+    def logits(self, pooled: Tensor) -> Tensor:
+        logits = self.classifier(self.dropout(pooled))
         return logits[:, 0] if self.hparams.num_labels == 1 else logits
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
@@ -120,8 +147,18 @@ class SequenceClassifier(FinetuneModule):
         return F.cross_entropy(logits.float(), labels)
 
     def step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        logits = self(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
-        return logits, self.loss(logits, batch["labels"])
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        hidden = self.backbone(ids, mask, batch.get("token_type_ids")).last_hidden_state
+        pooled = pooled_states(self, hidden, mask)
+        if "swapped_input_ids" in batch:  # GPT on similarity: both orders, representations added (sec. 3.3)
+            swapped_mask = batch.get("swapped_attention_mask")
+            swapped = self.backbone(batch["swapped_input_ids"], swapped_mask).last_hidden_state
+            pooled = pooled + pooled_states(self, swapped, swapped_mask)
+        logits = self.logits(pooled)
+        loss = self.loss(logits, batch["labels"])
+        if self.lm_head is not None:
+            loss = loss + self.hparams.lm_weight * next_token_loss(self.lm_head, hidden, ids, mask)
+        return logits, loss
 
     def update_metrics(self, metrics: MetricCollection, batch: dict[str, Any], outputs: Tensor) -> None:
         metrics.update(outputs.float(), batch["labels"])
@@ -135,7 +172,7 @@ class MultipleChoice(FinetuneModule):
     def __init__(self, init_from: str | None = None, pooling: Literal["auto", "first", "last"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
                  warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
-                 transfer: Transfer | None = None) -> None:
+                 transfer: Transfer | None = None, lm_weight: float = 0.0) -> None:
         """
         Args:
             init_from: The pretrained model: a plm_lightning checkpoint or a transformers directory (a
@@ -149,11 +186,14 @@ class MultipleChoice(FinetuneModule):
             tokenizer: A tokenizer.json (or directory) to use instead of the checkpoint's; its vocabulary must fit.
             transfer: ULMFiT's discriminative rates, slanted triangular schedule and gradual unfreezing, or adapters
                 (``finetune.transfer.Transfer``; default: plain full fine-tuning).
+            lm_weight: GPT's auxiliary language-modelling loss on the task's text, L3 = L2 + lm_weight * L1 (GPT:
+                0.5; causal checkpoints only; 0 = off).
         """
         super().__init__()
         self.save_hyperparameters()
         pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer)
         self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling)
+        self.lm_head = auxiliary_lm_head(self, pretrained, lm_weight)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(self.backbone_config.hidden_size, 1, bias=self.pooling == "first")
         nn.init.normal_(self.classifier.weight, 0.0, 0.02)
@@ -173,12 +213,20 @@ class MultipleChoice(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
                 num_choices: int) -> Tensor:
-        scores = self.classifier(self.dropout(pooled_states(self, input_ids, attention_mask, token_type_ids)))
-        return scores.view(-1, num_choices)
+        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.scores(hidden, attention_mask, num_choices)
+
+    def scores(self, hidden: Tensor, attention_mask: Tensor | None, num_choices: int) -> Tensor:
+        return self.classifier(self.dropout(pooled_states(self, hidden, attention_mask))).view(-1, num_choices)
 
     def step(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
-        logits = self(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), batch["num_choices"])
-        return logits, F.cross_entropy(logits.float(), batch["labels"])
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        hidden = self.backbone(ids, mask, batch.get("token_type_ids")).last_hidden_state
+        logits = self.scores(hidden, mask, batch["num_choices"])
+        loss = F.cross_entropy(logits.float(), batch["labels"])
+        if self.lm_head is not None:
+            loss = loss + self.hparams.lm_weight * next_token_loss(self.lm_head, hidden, ids, mask)
+        return logits, loss
 
     @staticmethod
     def batch_size_of(batch: dict[str, Any]) -> int:

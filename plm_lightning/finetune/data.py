@@ -27,6 +27,8 @@ GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
     "rte": (("sentence1", "sentence2"), "label"), "wnli": (("sentence1", "sentence2"), "label"),
 }
 """The text and label columns of each GLUE task's TSV (CoLA's headerless files: give ``text_columns`` by position)."""
+SIMILARITY = ("mrpc", "qqp", "stsb")
+"""Tasks whose pairs have no inherent order (GPT feeds both orders)."""
 
 
 def pair_frame(tokenizer: Any, a: list[int], b: list[int] | None, max_length: int) -> tuple[list[int], list[int], int]:
@@ -119,7 +121,8 @@ class ClassificationDataModule(FinetuneDataModule):
     def __init__(self, task: str = "offline:code_or_prose", train_file: str | None = None,
                  validation_file: str | None = None, test_file: str | None = None,
                  text_columns: list[str] | None = None, label_column: str | None = None, regression: bool = False,
-                 max_length: int = 128, batch_size: int = 32, num_workers: int = 0, seed: int = 1234) -> None:
+                 both_orders: bool | None = None, max_length: int = 128, batch_size: int = 32, num_workers: int = 0,
+                 seed: int = 1234) -> None:
         """
         Args:
             task: ``offline:code_or_prose`` / ``offline:continuation`` (built from the embedded corpus), a GLUE task
@@ -130,6 +133,9 @@ class ClassificationDataModule(FinetuneDataModule):
             text_columns: One or two text columns (default: the GLUE task's, or text_a / text_b).
             label_column: The label column (default: the GLUE task's, or label).
             regression: Labels are numbers (STS-B); the model needs num_labels 1.
+            both_orders: Also feed each pair as (b, a) and add the two representations, as GPT does for similarity
+                (Radford et al. 2018, sec. 3.3); default: for the similarity tasks (mrpc, qqp, stsb) with a tokenizer
+                without [CLS] (a GPT's).
             max_length: Tokens per example, [CLS] and separators included.
         """
         super().__init__(task, train_file, validation_file, test_file, max_length, batch_size, num_workers, seed,
@@ -139,6 +145,7 @@ class ClassificationDataModule(FinetuneDataModule):
         self.text_columns = tuple(text_columns) if text_columns else columns
         self.label_column = label_column or label
         self.regression = regression or task == "stsb"
+        self.both_orders = both_orders
         self.labels: list[str] = []
 
     def read_file(self, path: str) -> list[dict[str, Any]]:
@@ -170,10 +177,16 @@ class ClassificationDataModule(FinetuneDataModule):
         tok = self.tokenizer
         a = tok.encode_batch([r["text_a"] for r in rows])
         b = tok.encode_batch([r["text_b"] for r in rows]) if "text_b" in rows[0] else [None] * len(rows)
-        framed = [pair_frame(tok, x, y, self.max_length) for x, y in zip(a, b)]
+        framed = [pair_frame(tok, list(x), list(y) if y else None, self.max_length) for x, y in zip(a, b)]
         labels = ([float(r["label"]) for r in rows] if self.regression
                   else [self.labels.index(str(r["label"])) for r in rows])
-        return {**encoder_inputs(tok, [f[0] for f in framed], [f[1] for f in framed]), "labels": torch.tensor(labels)}
+        batch = {**encoder_inputs(tok, [f[0] for f in framed], [f[1] for f in framed]), "labels": torch.tensor(labels)}
+        both = self.both_orders if self.both_orders is not None else (self.task in SIMILARITY and "cls" not in tok.ids)
+        if both and b[0] is not None:
+            swapped = encoder_inputs(tok, *zip(*[pair_frame(tok, list(y), list(x), self.max_length)[:2]
+                                                 for x, y in zip(a, b)]))
+            batch.update(swapped_input_ids=swapped["input_ids"], swapped_attention_mask=swapped["attention_mask"])
+        return batch
 
 
 class ChoiceDataModule(FinetuneDataModule):
