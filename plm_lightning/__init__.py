@@ -38,6 +38,8 @@ from plm_lightning.finetune import (
     SequenceClassifier,
     SpanExtractor,
     TaggingDataModule,
+    TextToText,
+    TextToTextDataModule,
     TokenClassifier,
 )
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
@@ -67,6 +69,6 @@ __all__ = [
     "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",
     "PermutationLMDataModule", "PretrainingModule", "QADataModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
     "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule", "TextDataModule",
-    "TextTokenizer", "ThroughputMFU", "TokenClassifier", "UL2DataModule", "UniLMDataModule", "Word2Vec",
-    "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "TextToText", "TextToTextDataModule", "TextTokenizer", "ThroughputMFU", "TokenClassifier", "UL2DataModule",
+    "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
 ]

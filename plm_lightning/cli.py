@@ -171,6 +171,8 @@ def _valid_keys(section: str) -> list[str]:
         SequenceClassifier,
         SpanExtractor,
         TaggingDataModule,
+        TextToText,
+        TextToTextDataModule,
         TokenClassifier,
     )
     from plm_lightning.objectives import (
@@ -190,12 +192,13 @@ def _valid_keys(section: str) -> list[str]:
 
     classes = {"model": [MaskedLM, DistilBERT, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
                          FastText, GloVe, ELMo, CoVe, SequenceClassifier, TokenClassifier, SpanExtractor,
-                         MultipleChoice],
+                         MultipleChoice, TextToText],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
                         CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule,
-                        ClassificationDataModule, TaggingDataModule, QADataModule, ChoiceDataModule]}
+                        ClassificationDataModule, TaggingDataModule, QADataModule, ChoiceDataModule,
+                        TextToTextDataModule]}
     if section.split(".")[0] == "trainer":
         import lightning as L
 

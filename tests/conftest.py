@@ -107,7 +107,7 @@ def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, 
 
 
 def tiny_pretrained(path: Path, family: str) -> str:
-    """A tiny BERT (``bert``) or GPT-2 (``gpt2``) checkpoint of ours with random weights and a tokenizer trained on a
+    """A tiny BERT (``bert``), GPT-2 (``gpt2``) or T5 (``t5``) checkpoint of ours with random weights and a tokenizer trained on a
     slice of the embedded corpus, written as the pretraining recipes write theirs (for fine-tuning tests)."""
     import itertools
 
@@ -115,10 +115,11 @@ def tiny_pretrained(path: Path, family: str) -> str:
 
     from plm_lightning.data.sources import embedded_corpus
     from plm_lightning.data.tokenizer import train_tokenizer
-    from plm_lightning.objectives import CausalLM, MaskedLM
+    from plm_lightning.objectives import CausalLM, MaskedLM, Seq2SeqLM
     from plm_lightning.objectives.base import CHECKPOINT_KEY
 
-    kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt")}[family]
+    kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
+                         "t5": ("unigram", Seq2SeqLM, "tiny-t5")}[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)
     module = cls(backbone=preset, vocab_size=tok.vocab_size)

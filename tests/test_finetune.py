@@ -5,10 +5,10 @@ import csv
 
 import pytest
 
-from plm_lightning.data.sources import embedded_corpus, split_sentences
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune import ClassificationDataModule, offline_task
 from plm_lightning.finetune.formats import read_examples
+from plm_lightning.finetune.tasks import _prose_sentences
 from tests.conftest import ROOT, run_cli, tiny_pretrained
 
 
@@ -31,7 +31,7 @@ def test_offline_code_or_prose_labels_come_from_the_layout():
 
 
 def test_offline_continuation_pairs_follow_each_other_when_labelled_so(continuation):
-    follows = {(a, b) for d in embedded_corpus() for a, b in zip(split_sentences(d), split_sentences(d)[1:])}
+    follows = {(a, b) for doc in _prose_sentences().values() for a, b in zip(doc, doc[1:])}
     rows = continuation["validation"]
     positives = [r for r in rows if r["label"] == 1]
     assert 0.4 < len(positives) / len(rows) < 0.6

@@ -9,7 +9,11 @@ from plm_lightning.finetune.qa_data import QADataModule
 from plm_lightning.finetune.tagging import TokenClassifier
 from plm_lightning.finetune.tagging_data import TaggingDataModule
 from plm_lightning.finetune.tasks import OFFLINE_TASKS, offline_task
+from plm_lightning.finetune.text_to_text import TextToText
+from plm_lightning.finetune.text_to_text_data import TextToTextDataModule, mixing_rates
+from plm_lightning.finetune.transfer import Transfer
 
 __all__ = ["GLUE_TASKS", "OFFLINE_TASKS", "ChoiceDataModule", "ClassificationDataModule", "EntityF1",
            "FinetuneDataModule", "FinetuneModule", "MultipleChoice", "QADataModule", "SequenceClassifier",
-           "SpanExtractor", "TaggingDataModule", "TokenClassifier", "bio_chunks", "offline_task"]
+           "SpanExtractor", "TaggingDataModule", "TextToText", "TextToTextDataModule", "TokenClassifier", "Transfer",
+           "bio_chunks", "mixing_rates", "offline_task"]

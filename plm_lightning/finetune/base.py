@@ -38,9 +38,11 @@ class FinetuneModule(L.LightningModule):
     test_metrics: MetricCollection
 
     def attach_pretrained(self, init_from: str | None, random_init: bool = False, tokenizer: str | None = None,
-                          transfer: Transfer | None = None) -> Any:
-        """Load ``init_from`` (a plm_lightning checkpoint or a transformers directory); keep its backbone and
-        tokenizer; return the whole pretrained module (heads a subclass may reuse, e.g. BERT's NSP pooler).
+                          transfer: Transfer | None = None, objectives: tuple[str, ...] = ENCODERS,
+                          whole: bool = False) -> Any:
+        """Load ``init_from`` (a plm_lightning checkpoint or a transformers directory, its objective one of
+        ``objectives``); keep its backbone (or, ``whole``, the whole module as ``self.model``) and tokenizer; return
+        the whole pretrained module (heads a subclass may reuse, e.g. BERT's NSP pooler).
         ``transfer`` (ULMFiT, adapters: ``finetune.transfer``) is kept in the hyperparameters as a plain dict."""
         self.transfer = transfer or Transfer()
         self.hparams["transfer"] = asdict(self.transfer)
@@ -48,7 +50,7 @@ class FinetuneModule(L.LightningModule):
             raise ConfigError("model.init_from is required: a plm_lightning checkpoint or a transformers directory")
         from plm_lightning.interop.io import load_pretrained
 
-        pretrained, own_tokenizer = load_pretrained(init_from, ENCODERS, "model.init_from")
+        pretrained, own_tokenizer = load_pretrained(init_from, objectives, "model.init_from")
         if tokenizer is not None:
             from plm_lightning.data.tokenizer import TextTokenizer
 
@@ -62,7 +64,11 @@ class FinetuneModule(L.LightningModule):
             from plm_lightning.nn import init_weights
 
             init_weights(pretrained, pretrained.config)
-        self.backbone, self.tokenizer, self.backbone_config = pretrained.backbone, own_tokenizer, pretrained.config
+        if whole:
+            self.model = pretrained.train()
+        else:
+            self.backbone = pretrained.backbone
+        self.tokenizer, self.backbone_config = own_tokenizer, pretrained.config
         self.causal = bool(getattr(pretrained, "causal", False))
         self.source_family: str | None = pretrained.source_family
         """The transformers family the backbone exports to (``bert``, ``roberta``, ``electra``, ``gpt2`` ...), or None."""

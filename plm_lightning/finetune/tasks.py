@@ -3,8 +3,8 @@ anywhere. Every label comes from the text's own structure, never from a random d
 train/validation/test splits (80/10/10 by a content hash of the paragraph or sentence pair):
 
 * ``code_or_prose`` (sequence classification): is a paragraph code (every line indented, ``>>>`` or ``...``) or prose;
-* ``continuation`` (sentence pair): does the second sentence follow the first in its document (half are a sentence of
-  another document);
+* ``continuation`` (sentence pair): does the second prose sentence follow the first in its document (half are a
+  sentence of another document);
 * ``markup_spans`` (token tagging, BIO): the documentation marks code with double quotes (``"NameError"``) and terms
   with asterisks (``*private name*``); the markup is removed and the model tags the ``CODE`` and ``TERM`` spans;
 * ``cloze_spans`` (extractive QA): a sentence of a paragraph with one marked span blanked out is the question, the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from plm_lightning.data.sources import embedded_corpus, split_sentences
+from plm_lightning.data.sources import embedded_corpus
 from plm_lightning.errors import ConfigError
 
 Splits = dict[str, list[dict[str, Any]]]
@@ -89,12 +89,21 @@ def _code_or_prose() -> Splits:
     return splits
 
 
+def _prose_sentences() -> dict[int, list[str]]:
+    """Each document's prose sentences (4 to 60 words) in order, code paragraphs left out."""
+    documents: dict[int, list[str]] = {}
+    for i, text, code in _paragraphs():
+        if not code:
+            documents.setdefault(i, []).extend(s for s in _SENTENCE_END.split(text) if 4 <= len(s.split()) <= 60)
+    return documents
+
+
 def _continuation() -> Splits:
     splits: Splits = {"train": [], "validation": [], "test": []}
     rng = np.random.default_rng(0)
-    sentences = [split_sentences(d) for d in embedded_corpus()]
-    pool = [(i, s) for i, doc in enumerate(sentences) for s in doc]
-    for i, doc in enumerate(sentences):
+    documents = _prose_sentences()
+    pool = [(i, s) for i, doc in documents.items() for s in doc]
+    for i, doc in documents.items():
         for a, b in zip(doc, doc[1:]):
             if rng.random() < 0.5:
                 j, b = pool[int(rng.integers(len(pool)))]
@@ -150,10 +159,7 @@ def _cloze_spans() -> Splits:
 def _next_sentence() -> Splits:
     splits: Splits = {"train": [], "validation": [], "test": []}
     rng = np.random.default_rng(0)
-    documents: dict[int, list[str]] = {}
-    for i, text, code in _paragraphs():
-        if not code:
-            documents.setdefault(i, []).extend(s for s in _SENTENCE_END.split(text) if 4 <= len(s.split()) <= 60)
+    documents = _prose_sentences()
     pool = [(i, s) for i, doc in documents.items() for s in doc]
     for i, doc in documents.items():
         for a, b in zip(doc, doc[1:]):

@@ -56,12 +56,13 @@ class Transfer:
 def layer_groups(module: nn.Module) -> list[list[tuple[str, nn.Parameter]]]:
     """The named parameters of ``module`` (a task head with a ``backbone``) by depth: embeddings, block 0 .. L-1,
     the rest."""
-    layers = list(module.backbone.layers)
+    stack = getattr(module, "backbone", None)
+    layers = list(getattr(stack, "layers", []))  # an encoder-decoder: one group for all
     groups: list[list[tuple[str, nn.Parameter]]] = [[] for _ in range(len(layers) + 2)]
     for name, p in module.named_parameters():
         if name.startswith("backbone.embeddings."):
             groups[0].append((name, p))
-        elif name.startswith("backbone.layers."):
+        elif layers and name.startswith("backbone.layers."):
             groups[1 + int(name.split(".")[2])].append((name, p))
         else:
             groups[-1].append((name, p))

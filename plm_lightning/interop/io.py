@@ -82,6 +82,10 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
         raise ConfigError(f"export: --part={part!r} is not one of discriminator, generator")
     ckpt = load_checkpoint(ckpt_path)
     meta = ckpt[CHECKPOINT_KEY]
+    if meta["objective"] == "TextToText":  # a fine-tuned encoder-decoder is still the pretrained model class
+        meta = {**meta, "objective": "Seq2SeqLM"}
+        ckpt = {**ckpt, "state_dict": {k[len("model."):]: v for k, v in ckpt["state_dict"].items()
+                                       if k.startswith("model.")}, "hyper_parameters": {}}
     cfg = BackboneConfig(**meta["backbone"])
     state = ckpt["state_dict"]
     hparams = ckpt.get("hyper_parameters", {})
