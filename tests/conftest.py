@@ -107,7 +107,7 @@ def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, 
 
 
 def tiny_pretrained(path: Path, family: str) -> str:
-    """A tiny BERT (``bert``), GPT-2 (``gpt2``) or T5 (``t5``) checkpoint of ours with random weights and a tokenizer trained on a
+    """A tiny BERT (``bert``), GPT-2 (``gpt2``), T5 (``t5``) or BART (``bart``) checkpoint of ours with random weights and a tokenizer trained on a
     slice of the embedded corpus, written as the pretraining recipes write theirs (for fine-tuning tests)."""
     import itertools
 
@@ -119,10 +119,11 @@ def tiny_pretrained(path: Path, family: str) -> str:
     from plm_lightning.objectives.base import CHECKPOINT_KEY
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
-                         "t5": ("unigram", Seq2SeqLM, "tiny-t5")}[family]
+                         "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart")}[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)
-    module = cls(backbone=preset, vocab_size=tok.vocab_size)
+    extra = {"decoder_start_token": "eos"} if family == "bart" else {}
+    module = cls(backbone=preset, vocab_size=tok.vocab_size, **extra)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
                 CHECKPOINT_KEY: {"objective": cls.__name__, "backbone": module.config.to_dict(),
                                  "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special,

@@ -30,7 +30,7 @@ HEADS = {"classification": (SequenceClassifier, ClassificationDataModule), "choi
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("pretrained")
-    return {family: tiny_pretrained(root / f"{family}.ckpt", family) for family in ("bert", "gpt2")}
+    return {family: tiny_pretrained(root / f"{family}.ckpt", family) for family in ("bert", "gpt2", "bart")}
 
 
 def _ready(head, init_from, **kwargs):
@@ -43,7 +43,8 @@ def _ready(head, init_from, **kwargs):
     return model, data
 
 
-@pytest.mark.parametrize("head,family", [("classification", "bert"), ("classification", "gpt2"), ("choice", "bert"),
+@pytest.mark.parametrize("head,family", [("classification", "bert"), ("classification", "gpt2"),
+                                         ("classification", "bart"), ("choice", "bert"),
                                          ("choice", "gpt2"), ("tagging", "bert"), ("tagging", "gpt2"), ("qa", "bert")])
 def test_a_few_steps_lower_the_loss(head, family, checkpoints):
     torch.manual_seed(0)
@@ -183,3 +184,18 @@ def test_gpt_similarity_adds_the_representations_of_both_orders(checkpoints):
         torch.testing.assert_close(logits, model.classifier(one + two))
     data.both_orders = None  # default: only GLUE's similarity tasks (mrpc, qqp, stsb) on a GPT tokenizer
     assert "swapped_input_ids" not in data.collate(rows)
+
+
+def test_bart_classifier_reads_the_decoder_at_the_last_token(checkpoints):
+    model = SequenceClassifier(init_from=checkpoints["bart"]).eval()
+    assert model.pooling == "decoder" and model.decoder_start_id == model.tokenizer.ids["eos"]
+    ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
+    mask = (torch.arange(5) < torch.tensor([[5], [3]])).long()
+    with torch.no_grad():
+        logits = model(ids, mask)
+        alone = model(ids[1:, :3], mask[1:, :3])  # padding changes nothing
+        _, dec = model.backbone(ids[:1], torch.tensor([[model.decoder_start_id, 5, 6, 7, 8]]))
+        torch.testing.assert_close(logits[:1], model.classifier(model.pooler(dec.last_hidden_state[:, -1:])))
+    torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="pooling auto or decoder"):
+        SequenceClassifier(init_from=checkpoints["bart"], pooling="first")

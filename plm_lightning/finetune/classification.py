@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, M
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.finetune.base import FinetuneModule
+from plm_lightning.finetune.base import ENCODERS, FinetuneModule
 from plm_lightning.finetune.transfer import Transfer
 from plm_lightning.nn import Pooler
 
@@ -41,11 +41,18 @@ def concat_pooling(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
 
 def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str,
                     modes: tuple[str, ...] = ("auto", "first", "last")) -> tuple[str, Pooler | None]:
-    """The pooling mode (``auto``: first for encoders, last for causal models) and, for ``first``, BERT's pooler,
-    initialised from the pretrained NSP/SOP pooler when there is one (and weights are not reset)."""
+    """The pooling mode (``auto``: first for encoders, last for causal models, decoder for encoder-decoders) and,
+    for ``first``, BERT's pooler, initialised from the pretrained NSP/SOP pooler when there is one (and weights are
+    not reset); for ``decoder``, BART's dense + tanh."""
     if pooling not in modes:
         raise ConfigError(f"model.pooling={pooling!r} is not one of {', '.join(modes)}")
-    mode = ("last" if module.causal else "first") if pooling == "auto" else pooling
+    encoder_decoder = hasattr(module.backbone, "decoder")
+    if encoder_decoder and pooling not in ("auto", "decoder"):
+        raise ConfigError(f"model.pooling={pooling!r}: an encoder-decoder is read at its decoder's last token "
+                          "(pooling auto or decoder)")
+    mode = ("decoder" if encoder_decoder else "last" if module.causal else "first") if pooling == "auto" else pooling
+    if mode == "decoder":  # BART's classification head: dense + tanh on the decoder's last (EOS) state
+        return mode, Pooler(module.backbone_config.hidden_size)
     if mode != "first":
         return mode, None
     pooler = Pooler(module.backbone_config.hidden_size)
@@ -55,10 +62,25 @@ def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str,
     return mode, pooler
 
 
+def sequence_states(module: Any, input_ids: Tensor, attention_mask: Tensor | None,
+                    token_type_ids: Tensor | None = None) -> Tensor:
+    """The last hidden states the head reads: the backbone's, or for an encoder-decoder the decoder's with the same
+    text on both sides, shifted right from the decoder's start token (BART, Lewis et al. 2020, sec. 3.1)."""
+    if not hasattr(module.backbone, "decoder"):
+        return module.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+    start = torch.full_like(input_ids[:, :1], module.decoder_start_id)
+    decoder_ids = torch.cat([start, input_ids[:, :-1]], dim=1)
+    _, decoded = module.backbone(input_ids, decoder_ids, attention_mask, attention_mask)
+    return decoded.last_hidden_state
+
+
 def pooled_states(module: Any, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
-    """One vector per sequence: [CLS] through the pooler, the last real token, or ULMFiT's concat pooling."""
+    """One vector per sequence: [CLS] through the pooler, the last real token (through BART's dense + tanh for an
+    encoder-decoder), or ULMFiT's concat pooling."""
     if module.pooling == "concat":
         return concat_pooling(hidden, attention_mask)
+    if module.pooling == "decoder":
+        return module.pooler(last_token_states(hidden, attention_mask)[:, None])
     return module.pooler(hidden) if module.pooling == "first" else last_token_states(hidden, attention_mask)
 
 
@@ -87,17 +109,19 @@ class SequenceClassifier(FinetuneModule):
     """A classifier head on the backbone of ``init_from`` (a checkpoint of ours or a transformers directory)."""
 
     def __init__(self, init_from: str | None = None, num_labels: int = 2,
-                 pooling: Literal["auto", "first", "last", "concat"] = "auto",
+                 pooling: Literal["auto", "first", "last", "concat", "decoder"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
                  warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
                  transfer: Transfer | None = None, lm_weight: float = 0.0) -> None:
         """
         Args:
-            init_from: The pretrained model: a plm_lightning checkpoint (MLM, ELECTRA, ERNIE 2.0, causal LM) or a
-                transformers directory we import (a ``*ForSequenceClassification`` one brings its head too).
+            init_from: The pretrained model: a plm_lightning checkpoint (MLM, ELECTRA, ERNIE 2.0, causal LM,
+                encoder-decoder) or a transformers directory we import (a ``*ForSequenceClassification`` one brings
+                its head too).
             num_labels: Classes; 1 = regression.
-            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), auto, or
-                concat (ULMFiT: last token, max and mean over the tokens).
+            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), decoder
+                (an encoder-decoder's decoder at the last token, BART), concat (ULMFiT: last token, max and mean over
+                the tokens), or auto (first, last or decoder by the model).
             dropout: Before the classifier (BERT, GPT: 0.1).
             learning_rate: AdamW's peak rate (BERT's grid: 2e-5 to 5e-5).
             weight_decay: AdamW's decoupled weight decay (0.01).
@@ -114,8 +138,10 @@ class SequenceClassifier(FinetuneModule):
         if num_labels < 1:
             raise ConfigError(f"model.num_labels={num_labels} must be >= 1 (1 = regression)")
         self.save_hyperparameters()
-        pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer)
-        self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling, ("auto", "first", "last", "concat"))
+        pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer, (*ENCODERS, "Seq2SeqLM"))
+        self.decoder_start_id = self.tokenizer.ids.get(getattr(pretrained, "decoder_start_token", "pad"), 0)
+        self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling,
+                                                    ("auto", "first", "last", "concat", "decoder"))
         self.lm_head = auxiliary_lm_head(self, pretrained, lm_weight)
         self.dropout = nn.Dropout(dropout)
         width = self.backbone_config.hidden_size * (3 if self.pooling == "concat" else 1)
@@ -134,7 +160,7 @@ class SequenceClassifier(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> Tensor:
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = sequence_states(self, input_ids, attention_mask, token_type_ids)
         return self.logits(pooled_states(self, hidden, attention_mask))
 
     def logits(self, pooled: Tensor) -> Tensor:
@@ -148,11 +174,11 @@ class SequenceClassifier(FinetuneModule):
 
     def step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         ids, mask = batch["input_ids"], batch.get("attention_mask")
-        hidden = self.backbone(ids, mask, batch.get("token_type_ids")).last_hidden_state
+        hidden = sequence_states(self, ids, mask, batch.get("token_type_ids"))
         pooled = pooled_states(self, hidden, mask)
         if "swapped_input_ids" in batch:  # GPT on similarity: both orders, representations added (sec. 3.3)
             swapped_mask = batch.get("swapped_attention_mask")
-            swapped = self.backbone(batch["swapped_input_ids"], swapped_mask).last_hidden_state
+            swapped = sequence_states(self, batch["swapped_input_ids"], swapped_mask)
             pooled = pooled + pooled_states(self, swapped, swapped_mask)
         logits = self.logits(pooled)
         loss = self.loss(logits, batch["labels"])
