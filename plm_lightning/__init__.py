@@ -41,6 +41,7 @@ from plm_lightning.finetune import (
     TextToText,
     TextToTextDataModule,
     TokenClassifier,
+    WordTagger,
 )
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
@@ -70,5 +71,6 @@ __all__ = [
     "PermutationLMDataModule", "PretrainingModule", "QADataModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
     "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule", "TextDataModule",
     "TextToText", "TextToTextDataModule", "TextTokenizer", "ThroughputMFU", "TokenClassifier", "UL2DataModule",
-    "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "embedded_corpus", "get_preset", "mask_tokens",
+    "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "WordTagger", "embedded_corpus", "get_preset",
+    "mask_tokens",
 ]

@@ -174,6 +174,7 @@ def _valid_keys(section: str) -> list[str]:
         TextToText,
         TextToTextDataModule,
         TokenClassifier,
+        WordTagger,
     )
     from plm_lightning.objectives import (
         ELECTRA,
@@ -192,7 +193,7 @@ def _valid_keys(section: str) -> list[str]:
 
     classes = {"model": [MaskedLM, DistilBERT, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
                          FastText, GloVe, ELMo, CoVe, SequenceClassifier, TokenClassifier, SpanExtractor,
-                         MultipleChoice, TextToText],
+                         MultipleChoice, TextToText, WordTagger],
                "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
                         MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
                         GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,

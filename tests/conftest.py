@@ -107,8 +107,9 @@ def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, 
 
 
 def tiny_pretrained(path: Path, family: str) -> str:
-    """A tiny BERT (``bert``), GPT-2 (``gpt2``), T5 (``t5``) or BART (``bart``) checkpoint of ours with random weights and a tokenizer trained on a
-    slice of the embedded corpus, written as the pretraining recipes write theirs (for fine-tuning tests)."""
+    """A tiny BERT (``bert``), GPT-2 (``gpt2``), T5 (``t5``) or BART (``bart``) checkpoint of ours with random
+    weights and a tokenizer trained on a slice of the embedded corpus, written as the pretraining recipes write
+    theirs (for fine-tuning tests)."""
     import itertools
 
     import torch

@@ -94,3 +94,13 @@ def test_distilbert_recipe_trains_from_its_config(tmp_path):
     bad = run_cli(["fit", "--config", str(ROOT / "configs" / "distilbert.yaml"), "--model.teacher", str(teacher),
                    "--data.tokenizer_vocab_size", "4000", "--trainer.max_steps", "1"], cwd=tmp_path)
     assert bad.returncode == 2 and "is not the teacher's tokenizer" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_teacher_keeps_its_own_hyperparameters_under_the_cli(tmp_path):
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
+
+    _, path = _teacher(tmp_path / "t.ckpt")
+    with _given_hyperparameters_context({"teacher": path, "alpha_ce": 5.0}, "lightning.pytorch.cli"):
+        student = DistilBERT(teacher=path)  # as LightningCLI instantiates it
+    assert "teacher" in student.hparams
+    assert "teacher" not in student.teacher.hparams and student.teacher.hparams.backbone == "tiny"

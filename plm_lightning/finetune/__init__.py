@@ -12,8 +12,11 @@ from plm_lightning.finetune.tasks import OFFLINE_TASKS, offline_task
 from plm_lightning.finetune.text_to_text import TextToText
 from plm_lightning.finetune.text_to_text_data import TextToTextDataModule, mixing_rates
 from plm_lightning.finetune.transfer import Transfer
+from plm_lightning.finetune.word_features import WordFeatures
+from plm_lightning.finetune.word_tagger import WordTagger
 
 __all__ = ["GLUE_TASKS", "OFFLINE_TASKS", "ChoiceDataModule", "ClassificationDataModule", "EntityF1",
            "FinetuneDataModule", "FinetuneModule", "MultipleChoice", "QADataModule", "SequenceClassifier",
            "SpanExtractor", "TaggingDataModule", "TextToText", "TextToTextDataModule", "TokenClassifier", "Transfer",
+           "WordFeatures", "WordTagger",
            "bio_chunks", "mixing_rates", "offline_task"]

@@ -128,10 +128,19 @@ def _marked_sentences() -> Iterator[tuple[str, str, list[tuple[int, int, str]]]]
 
 
 def _markup_spans() -> Splits:
-    splits: Splits = {"train": [], "validation": [], "test": []}
+    """The tagged sentences, and as ``unlabeled`` the other prose sentences of the corpus (markup removed, untagged:
+    what semi-supervised training such as CVT reads)."""
+    splits: Splits = {"train": [], "validation": [], "test": [], "unlabeled": []}
+    tagged = set()
     for _, plain, spans in _marked_sentences():
         words, tags = bio_words(plain, spans)
         splits[split_of(plain)].append({"words": words, "tags": tags})
+        tagged.add(plain)
+    for sentences in _prose_sentences().values():
+        for sentence in sentences:
+            plain, _ = strip_markup(sentence)
+            if plain not in tagged and split_of(plain) == "train":
+                splits["unlabeled"].append({"words": _WORD.findall(plain)})
     return splits
 
 

@@ -12,7 +12,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.export import TASK_SUFFIX, finetuned_to_hf
 from plm_lightning.interop.hf import config_from_hf, family_of, from_hf, hf_config, to_hf
 from plm_lightning.nn.config import BackboneConfig
-from plm_lightning.objectives.base import CHECKPOINT_KEY
+from plm_lightning.objectives.base import CHECKPOINT_KEY, nested_construction
 
 TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
 
@@ -184,7 +184,8 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
             ours.update({k: v for k, v in gen_weights.items() if not k.startswith(shared)})
     elif generator_dir is not None:
         raise ConfigError(f"import: --generator is for ELECTRA discriminators; '{hf_dir}' is a {family}")
-    module = cls(**hparams, vocab_size=cfg.vocab_size)
+    with nested_construction():
+        module = cls(**hparams, vocab_size=cfg.vocab_size)
     missing, unexpected = module.load_state_dict(ours, strict=False)
     allowed = ("lm_head.weight", "generator.embeddings.")  # tied to, or shared with, a table that was loaded
     if objective == "ELECTRA" and generator_dir is None:
@@ -244,7 +245,8 @@ def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None,
                           f"{', '.join(allowed)}")
     hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
     hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
-    model = getattr(module, meta["objective"])(**hparams)
+    with nested_construction():
+        model = getattr(module, meta["objective"])(**hparams)
     model.load_state_dict(ckpt["state_dict"], strict=False)
     model.source_family = _base_family(ckpt)
     tokenizer = _tokenizer_from_meta(meta)
