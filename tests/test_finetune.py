@@ -77,7 +77,7 @@ def _finetune(config, ckpt, tmp_path, steps, *extra):
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "gpt2"])
 def test_classifier_head_learns_on_our_checkpoints(recipe, pretrained, tmp_path):
-    rows = _finetune("code-or-prose", pretrained[recipe], tmp_path, 60)
+    rows = _finetune("code-or-prose", pretrained[recipe], tmp_path, 30)
     losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
     val = [r for r in rows if r.get("val/accuracy")][-1]
