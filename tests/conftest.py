@@ -116,11 +116,14 @@ def tiny_pretrained(path: Path, family: str) -> str:
 
     from plm_lightning.data.sources import embedded_corpus
     from plm_lightning.data.tokenizer import train_tokenizer
-    from plm_lightning.objectives import CausalLM, MaskedLM, Seq2SeqLM
+    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, Seq2SeqLM
     from plm_lightning.objectives.base import CHECKPOINT_KEY
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
-                         "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart")}[family]
+                         "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart"),
+                         "albert": ("wordpiece", MaskedLM, "tiny-albert"), "electra": ("wordpiece", ELECTRA, "tiny"),
+                         "deberta": ("bpe", MaskedLM, "tiny-deberta"), "modernbert": ("bpe", MaskedLM, "tiny-modernbert"),
+                         }[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)
     extra = {"decoder_start_token": "eos"} if family == "bart" else {}

@@ -199,3 +199,26 @@ def test_bart_classifier_reads_the_decoder_at_the_last_token(checkpoints):
     torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="pooling auto or decoder"):
         SequenceClassifier(init_from=checkpoints["bart"], pooling="first")
+
+
+@pytest.mark.parametrize("family", ["albert", "electra", "deberta", "modernbert"])
+def test_heads_fit_every_encoder_family(family, tmp_path):
+    """ALBERT (shared layers, factorized embeddings), ELECTRA's discriminator, DeBERTa (disentangled attention) and
+    ModernBERT (RoPE, local/global layers): the same heads, the same few steps."""
+    ckpt = tiny_pretrained(tmp_path / f"{family}.ckpt", family)
+    for head in ("classification", "tagging"):
+        torch.manual_seed(0)
+        model, data = _ready(head, ckpt)
+        rows = data.examples["train"]
+        if head == "classification":
+            rows = [r for r in rows if r["label"] == 0][:4] + [r for r in rows if r["label"] == 1][:4]
+        batch = data.collate(rows[:8])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses = []
+        for _ in range(20):
+            _, loss = model.step(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        assert losses[-1] < 0.6 * losses[0], (family, head, losses)
