@@ -121,13 +121,14 @@ def tiny_pretrained(path: Path, family: str) -> str:
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
                          "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart"),
-                         "albert": ("wordpiece", MaskedLM, "tiny-albert"), "electra": ("wordpiece", ELECTRA, "tiny"),
+                         "roberta": ("bpe", MaskedLM, "tiny"), "albert": ("wordpiece", MaskedLM, "tiny-albert"), "electra": ("wordpiece", ELECTRA, "tiny"),
                          "deberta": ("bpe", MaskedLM, "tiny-deberta"), "modernbert": ("bpe", MaskedLM, "tiny-modernbert"),
                          }[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)
     extra = {"decoder_start_token": "eos"} if family == "bart" else {}
-    module = cls(backbone=preset, vocab_size=tok.vocab_size, **extra)
+    module = cls(backbone=preset, vocab_size=tok.vocab_size, backbone_overrides={"pad_token_id": tok.ids.get("pad", 0)},
+                 **extra)  # as the recipes' setup does
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
                 CHECKPOINT_KEY: {"objective": cls.__name__, "backbone": module.config.to_dict(),
                                  "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special,
