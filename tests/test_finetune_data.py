@@ -174,3 +174,28 @@ def test_tagging_data_refuses_unseen_and_non_bio_tags(tmp_path):
         TaggingDataModule(task="offline:cloze_spans")
     with pytest.raises(ConfigError, match="give data.train_file and data.validation_file"):
         QADataModule(task="squad")
+
+
+def test_datasets_copies_load_by_name_with_label_names(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # this machine has no hub: fail fast
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    from plm_lightning.finetune import ClassificationDataModule
+
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "positive"])})
+    copy = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"sentence": ["good", "bad", "fine"], "label": [1, 0, 1]}, features=features),
+        "validation": datasets.Dataset.from_dict({"sentence": ["great"], "label": [1]}, features=features),
+        "test": datasets.Dataset.from_dict({"sentence": ["unknown"], "label": [-1]}, features=features)})
+    copy.save_to_disk(str(tmp_path / "sst2"))
+    data = ClassificationDataModule(task=f"hf:{tmp_path / 'sst2'}", text_columns=["sentence"])
+    data.setup("fit")
+    assert data.labels == ["negative", "positive"] and data.examples["train"][0] == {"text_a": "good", "label": "positive"}
+    assert data.examples["test"] == []  # GLUE's unlabelled test rows are left out
+    with pytest.raises(ConfigError, match="has no column 'text'"):
+        ClassificationDataModule(task=f"hf:{tmp_path / 'sst2'}", text_columns=["text"]).setup("fit")
+    with pytest.raises(ConfigError, match="data.task=hf:no_such_dataset_here_xyz: cannot load it"):
+        ClassificationDataModule(task="hf:no_such_dataset_here_xyz").setup("fit")

@@ -9,6 +9,7 @@ and as ``a <delim> b <eos>`` for byte-level ones (GPT's linearised input, Radfor
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -17,7 +18,7 @@ import torch
 
 from plm_lightning.data.sampling import KeyedList, ResumableDataLoader, resumable_loader
 from plm_lightning.errors import ConfigError
-from plm_lightning.finetune.formats import read_choices, read_examples
+from plm_lightning.finetune.formats import read_choices, read_examples, read_hf_dataset
 from plm_lightning.finetune.tasks import OFFLINE_TASKS, offline_task
 
 GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -29,6 +30,13 @@ GLUE_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
 """The text and label columns of each GLUE task's TSV (CoLA's headerless files: give ``text_columns`` by position)."""
 SIMILARITY = ("mrpc", "qqp", "stsb")
 """Tasks whose pairs have no inherent order (GPT feeds both orders)."""
+HF_GLUE_COLUMNS: dict[str, tuple[tuple[str, ...], str]] = {
+    "cola": (("sentence",), "label"), "sst2": (("sentence",), "label"), "mrpc": (("sentence1", "sentence2"), "label"),
+    "qqp": (("question1", "question2"), "label"), "stsb": (("sentence1", "sentence2"), "label"),
+    "mnli": (("premise", "hypothesis"), "label"), "qnli": (("question", "sentence"), "label"),
+    "rte": (("sentence1", "sentence2"), "label"), "wnli": (("sentence1", "sentence2"), "label"),
+}
+"""The columns of the GLUE tasks as the ``datasets`` hub copy (``glue``, config = task) names them."""
 
 
 def pair_frame(tokenizer: Any, a: list[int], b: list[int] | None, max_length: int) -> tuple[list[int], list[int], int]:
@@ -66,11 +74,14 @@ class FinetuneDataModule(L.LightningDataModule):
                  max_length: int, batch_size: int, num_workers: int, seed: int, named_tasks: tuple[str, ...] = ()) -> None:
         super().__init__()
         offline = task.startswith("offline:")
+        hub = task.startswith("hf:") and self.KIND == "classification"
         kinds = [n for n, (k, _) in OFFLINE_TASKS.items() if k == self.KIND]
-        if (task.split(":", 1)[1] not in kinds) if offline else (task not in named_tasks and task != "custom"):
+        if hub:
+            pass
+        elif (task.split(":", 1)[1] not in kinds) if offline else (task not in named_tasks and task != "custom"):
             named = f", a named task ({', '.join(named_tasks)})" if named_tasks else ""
             raise ConfigError(f"data.task={task!r} is not offline:<{'|'.join(kinds)}>{named} or custom")
-        if not offline and (train_file is None or validation_file is None):
+        if not offline and not hub and (train_file is None or validation_file is None):
             raise ConfigError(f"data.task={task}: give data.train_file and data.validation_file (local files; "
                               "nothing is downloaded)")
         self.task = task
@@ -83,6 +94,9 @@ class FinetuneDataModule(L.LightningDataModule):
     def read_file(self, path: str) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def read_hf(self, spec: str) -> dict[str, list[dict[str, Any]]]:
+        raise ConfigError(f"data.task=hf:{spec}: datasets-hub tasks are read for classification data only")
+
     def check(self) -> None:
         """Validate the loaded examples (labels seen in training ...); a ConfigError otherwise."""
 
@@ -91,6 +105,8 @@ class FinetuneDataModule(L.LightningDataModule):
             return
         if self.task.startswith("offline:"):
             self.examples = offline_task(self.task.split(":", 1)[1], self.KIND)
+        elif self.task.startswith("hf:"):
+            self.examples = self.read_hf(self.task[3:])
         else:
             self.examples = {split: self.read_file(path) for split, path in self.files.items() if path is not None}
         self.check()
@@ -126,7 +142,8 @@ class ClassificationDataModule(FinetuneDataModule):
         """
         Args:
             task: ``offline:code_or_prose`` / ``offline:continuation`` (built from the embedded corpus), a GLUE task
-                name (its columns; give the files), or ``custom`` (give files and columns).
+                name (its columns; give the files), ``hf:<name>[:<config>]`` or ``hf:<dir saved by datasets>``
+                (a ``datasets`` dataset, e.g. ``hf:glue:sst2``), or ``custom`` (give files and columns).
             train_file: Local .tsv (header line) or .jsonl training examples.
             validation_file: Validation examples, same format.
             test_file: Test examples (optional).
@@ -142,6 +159,7 @@ class ClassificationDataModule(FinetuneDataModule):
                          tuple(GLUE_TASKS))
         self.save_hyperparameters()
         columns, label = GLUE_TASKS.get(task, (("text_a", "text_b"), "label"))
+        self.explicit_columns = bool(text_columns)
         self.text_columns = tuple(text_columns) if text_columns else columns
         self.label_column = label_column or label
         self.regression = regression or task == "stsb"
@@ -150,6 +168,17 @@ class ClassificationDataModule(FinetuneDataModule):
 
     def read_file(self, path: str) -> list[dict[str, Any]]:
         return read_examples(path, tuple(c for c in self.text_columns if c), self.label_column)
+
+    def read_hf(self, spec: str) -> dict[str, list[dict[str, Any]]]:
+        """``hf:glue:sst2`` (the hub copy's columns) or ``hf:<saved dir>`` with ``text_columns`` / ``label_column``."""
+        name, _, config = spec.partition(":")
+        glue = HF_GLUE_COLUMNS.get(config) if Path(name).name == "glue" else None
+        columns, label = glue or (self.text_columns, self.label_column)
+        if self.explicit_columns:
+            columns, label = self.text_columns, self.label_column
+        if config == "stsb" and glue:
+            self.regression = True
+        return read_hf_dataset(spec, tuple(c for c in columns if c), label)
 
     def check(self) -> None:
         if self.regression:

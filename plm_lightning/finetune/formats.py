@@ -123,3 +123,53 @@ def read_choices(path: str) -> list[dict[str, Any]]:
                               f"{len(choices)} choices")
         out.append({"context": str(context), "choices": [str(c) for c in choices], "label": label})
     return out
+
+
+HF_SPLITS = {"train": ("train",), "validation": ("validation", "validation_matched", "dev"),
+             "test": ("test", "test_matched")}
+"""Our split -> the names a ``datasets`` DatasetDict may give it (GLUE's MNLI: validation_matched)."""
+
+
+def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str) -> dict[str, list[dict[str, Any]]]:
+    """Rows ``{"text_a", ["text_b"], "label"}`` per split of a ``datasets`` dataset: a directory written by
+    ``DatasetDict.save_to_disk`` (a local copy), or ``name[:config]`` loaded with ``datasets.load_dataset`` (from its
+    local cache when there is no network). Integer labels stay integers (their names, when the dataset has
+    ``ClassLabel`` features, become the label strings)."""
+    try:
+        import datasets
+    except ImportError as err:
+        raise ConfigError("data.task=hf:... needs the datasets package: pip install 'plm-lightning[datasets]'") from err
+    name, _, config = spec.partition(":")
+    try:
+        if Path(name).expanduser().is_dir():
+            loaded = datasets.load_from_disk(str(Path(name).expanduser()))
+        else:
+            loaded = datasets.load_dataset(name, config or None)
+    except Exception as err:  # offline hub misses, unknown names: one line
+        raise ConfigError(f"data.task=hf:{spec}: cannot load it ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]}); give a directory saved with save_to_disk") from err
+    out: dict[str, list[dict[str, Any]]] = {}
+    for ours, names in HF_SPLITS.items():
+        split = next((n for n in names if n in loaded), None)
+        if split is None:
+            continue
+        table = loaded[split]
+        missing = [c for c in (*text_columns, label_column) if c not in table.column_names]
+        if missing:
+            raise ConfigError(f"data.task=hf:{spec}: split {split} has no column {missing[0]!r}; its columns are "
+                              f"{', '.join(table.column_names)} (set data.text_columns / data.label_column)")
+        feature = table.features[label_column]
+        names_of = getattr(feature, "names", None)
+        rows = []
+        for record in table:
+            label = record[label_column]
+            if names_of is not None and isinstance(label, int) and label >= 0:
+                label = names_of[label]
+            row = {"text_a": record[text_columns[0]], "label": label}
+            if len(text_columns) > 1:
+                row["text_b"] = record[text_columns[1]]
+            rows.append(row)
+        out[ours] = [r for r in rows if r["label"] != -1]  # GLUE's unlabelled test rows
+    if "train" not in out:
+        raise ConfigError(f"data.task=hf:{spec} has no train split (it has {', '.join(loaded)})")
+    return out
