@@ -121,7 +121,8 @@ def tiny_pretrained(path: Path, family: str) -> str:
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
                          "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart"),
-                         "roberta": ("bpe", MaskedLM, "tiny"), "albert": ("wordpiece", MaskedLM, "tiny-albert"), "electra": ("wordpiece", ELECTRA, "tiny"),
+                         "roberta": ("bpe", MaskedLM, "tiny"), "albert": ("wordpiece", MaskedLM, "tiny-albert"),
+                         "electra": ("wordpiece", ELECTRA, "tiny"),
                          "deberta": ("bpe", MaskedLM, "tiny-deberta"), "modernbert": ("bpe", MaskedLM, "tiny-modernbert"),
                          }[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
