@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
 
 
 def _split(tag: str) -> tuple[str, str]:
@@ -57,3 +58,10 @@ class EntityF1(Metric):
         recall = self.true_positives / self.gold.clamp(min=1)
         f1 = 2 * precision * recall / (precision + recall).clamp(min=1e-12)
         return {"entity_precision": precision.float(), "entity_recall": recall.float(), "entity_f1": f1.float()}
+
+
+def tagging_metrics(tags: Sequence[str], ignore_index: int = -100) -> tuple[MetricCollection, MetricCollection]:
+    """Validation and test metrics of a tagger: token accuracy and entity precision / recall / F1."""
+    metrics = MetricCollection({"token_accuracy": MulticlassAccuracy(len(tags), average="micro", ignore_index=ignore_index),
+                                "entity": EntityF1(tags, ignore_index)})
+    return metrics.clone(prefix="val/"), metrics.clone(prefix="test/")

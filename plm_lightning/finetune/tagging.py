@@ -9,11 +9,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import FinetuneModule
-from plm_lightning.finetune.metrics import EntityF1
+from plm_lightning.finetune.metrics import tagging_metrics
 from plm_lightning.finetune.tagging_data import IGNORE
 from plm_lightning.finetune.transfer import Transfer
 
@@ -53,10 +52,7 @@ class TokenClassifier(FinetuneModule):
         self.load_head(init_from)
 
     def _build_metrics(self) -> None:
-        metrics = MetricCollection({"token_accuracy": MulticlassAccuracy(self.hparams.num_labels, average="micro",
-                                                                         ignore_index=IGNORE),
-                                    "entity": EntityF1(self.labels, IGNORE)})
-        self.val_metrics, self.test_metrics = metrics.clone(prefix="val/"), metrics.clone(prefix="test/")
+        self.val_metrics, self.test_metrics = tagging_metrics(self.labels, IGNORE)
 
     def check_data(self, data: Any) -> None:
         super().check_data(data)

@@ -89,6 +89,12 @@ def _code_or_prose() -> Splits:
     return splits
 
 
+def _sentence_pool() -> tuple[dict[int, list[str]], list[tuple[int, str]]]:
+    """Each document's prose sentences, and all of them as (document, sentence) to draw distractors from."""
+    documents = _prose_sentences()
+    return documents, [(i, s) for i, doc in documents.items() for s in doc]
+
+
 def _prose_sentences() -> dict[int, list[str]]:
     """Each document's prose sentences (4 to 60 words) in order, code paragraphs left out."""
     documents: dict[int, list[str]] = {}
@@ -101,8 +107,7 @@ def _prose_sentences() -> dict[int, list[str]]:
 def _continuation() -> Splits:
     splits: Splits = {"train": [], "validation": [], "test": []}
     rng = np.random.default_rng(0)
-    documents = _prose_sentences()
-    pool = [(i, s) for i, doc in documents.items() for s in doc]
+    documents, pool = _sentence_pool()
     for i, doc in documents.items():
         for a, b in zip(doc, doc[1:]):
             if rng.random() < 0.5:
@@ -168,8 +173,7 @@ def _cloze_spans() -> Splits:
 def _next_sentence() -> Splits:
     splits: Splits = {"train": [], "validation": [], "test": []}
     rng = np.random.default_rng(0)
-    documents = _prose_sentences()
-    pool = [(i, s) for i, doc in documents.items() for s in doc]
+    documents, pool = _sentence_pool()
     for i, doc in documents.items():
         for a, b in zip(doc, doc[1:]):
             others = [pool[int(j)] for j in rng.choice(len(pool), 6, replace=False)]

@@ -36,7 +36,7 @@ def load_word_model(path: str) -> Any:
 
     cls = kinds[objective]
     accepted = inspect.signature(cls.__init__).parameters
-    from plm_lightning.objectives.base import nested_construction
+    from plm_lightning.objectives.nesting import nested_construction
 
     with nested_construction():
         model = cls(**{k: v for k, v in checkpoint.get("hyper_parameters", {}).items()

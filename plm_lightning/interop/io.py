@@ -12,7 +12,8 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.export import TASK_SUFFIX, finetuned_to_hf
 from plm_lightning.interop.hf import config_from_hf, family_of, from_hf, hf_config, to_hf
 from plm_lightning.nn.config import BackboneConfig
-from plm_lightning.objectives.base import CHECKPOINT_KEY, nested_construction
+from plm_lightning.objectives.base import CHECKPOINT_KEY
+from plm_lightning.objectives.nesting import nested_construction
 
 TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
 

@@ -4,8 +4,6 @@ metrics, token counters, checkpoint metadata and the scale hooks (activation che
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import lightning as L
@@ -25,19 +23,6 @@ from plm_lightning.objectives.schedules import lr_lambda
 
 CHECKPOINT_KEY = "plm_lightning"
 
-
-@contextmanager
-def nested_construction() -> Iterator[None]:
-    """Build a LightningModule inside another one's ``__init__`` (a pretrained model a fine-tuning head loads, a
-    distillation teacher): LightningCLI hands the outer module's arguments to every ``save_hyperparameters`` call
-    made while it instantiates, so without this the inner module would record the outer one's hyperparameters."""
-    from lightning.pytorch.core.mixins import hparams_mixin
-
-    token = hparams_mixin._given_hyperparameters.set(None)
-    try:
-        yield
-    finally:
-        hparams_mixin._given_hyperparameters.reset(token)
 
 
 class PretrainingModule(L.LightningModule):
