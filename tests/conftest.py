@@ -116,13 +116,14 @@ def tiny_pretrained(path: Path, family: str) -> str:
 
     from plm_lightning.data.sources import embedded_corpus
     from plm_lightning.data.tokenizer import train_tokenizer
-    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, Seq2SeqLM
+    from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
     from plm_lightning.objectives.base import CHECKPOINT_KEY
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),
                          "t5": ("unigram", Seq2SeqLM, "tiny-t5"), "bart": ("bpe", Seq2SeqLM, "tiny-bart"),
                          "roberta": ("bpe", MaskedLM, "tiny"), "albert": ("wordpiece", MaskedLM, "tiny-albert"),
-                         "electra": ("wordpiece", ELECTRA, "tiny"),
+                         "electra": ("wordpiece", ELECTRA, "tiny"), "xlnet": ("wordpiece", PermutationLM, "tiny-xlnet"),
+                         "transformer-xl": ("gpt2", CausalLM, "tiny-transformer-xl"),
                          "deberta": ("bpe", MaskedLM, "tiny-deberta"), "modernbert": ("bpe", MaskedLM, "tiny-modernbert"),
                          }[family]
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)

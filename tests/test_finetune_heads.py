@@ -193,7 +193,7 @@ def test_gpt_similarity_adds_the_representations_of_both_orders(checkpoints):
 
 def test_bart_classifier_reads_the_decoder_at_the_last_token(checkpoints):
     model = SequenceClassifier(init_from=checkpoints["bart"]).eval()
-    assert model.pooling == "decoder" and model.decoder_start_id == model.tokenizer.ids["eos"]
+    assert model.pooling == "summary" and model.decoder_start_id == model.tokenizer.ids["eos"]
     ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
     mask = (torch.arange(5) < torch.tensor([[5], [3]])).long()
     with torch.no_grad():
@@ -202,14 +202,15 @@ def test_bart_classifier_reads_the_decoder_at_the_last_token(checkpoints):
         _, dec = model.backbone(ids[:1], torch.tensor([[model.decoder_start_id, 5, 6, 7, 8]]))
         torch.testing.assert_close(logits[:1], model.classifier(model.pooler(dec.last_hidden_state[:, -1:])))
     torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ConfigError, match="pooling auto or decoder"):
+    with pytest.raises(ConfigError, match="pooling auto or summary"):
         SequenceClassifier(init_from=checkpoints["bart"], pooling="first")
 
 
-@pytest.mark.parametrize("family", ["albert", "electra", "deberta", "modernbert"])
+@pytest.mark.parametrize("family", ["albert", "electra", "deberta", "modernbert", "xlnet", "transformer-xl"])
 def test_heads_fit_every_encoder_family(family, tmp_path):
-    """ALBERT (shared layers, factorized embeddings), ELECTRA's discriminator, DeBERTa (disentangled attention) and
-    ModernBERT (RoPE, local/global layers): the same heads, the same few steps."""
+    """ALBERT (shared layers, factorized embeddings), ELECTRA's discriminator, DeBERTa (disentangled attention),
+    ModernBERT (RoPE, local/global layers), XLNet and Transformer-XL (relative positions, the XL stack): the same
+    heads, the same few steps."""
     ckpt = tiny_pretrained(tmp_path / f"{family}.ckpt", family)
     for head in ("classification", "tagging"):
         torch.manual_seed(0)

@@ -26,7 +26,7 @@ from plm_lightning.finetune.transfer import (
 )
 from plm_lightning.objectives.schedules import lr_lambda
 
-ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM")
+ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM", "PermutationLM")
 """The pretraining objectives whose backbone a head can sit on (one stack, ``backbone(ids, mask, types)``)."""
 
 

@@ -41,17 +41,23 @@ def concat_pooling(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
 
 def sequence_pooler(module: FinetuneModule, pretrained: Any, pooling: str,
                     modes: tuple[str, ...] = ("auto", "first", "last")) -> tuple[str, Pooler | None]:
-    """The pooling mode (``auto``: first for encoders, last for causal models, decoder for encoder-decoders) and,
-    for ``first``, BERT's pooler, initialised from the pretrained NSP/SOP pooler when there is one (and weights are
-    not reset); for ``decoder``, BART's dense + tanh."""
+    """The pooling mode (``auto``: first for BERT-like encoders, last for causal models, summary for encoder-decoders
+    and XLNet) and, for ``first``, BERT's pooler, initialised from the pretrained NSP/SOP pooler when there is one
+    (and weights are not reset); for ``summary``, a dense + tanh on the last real state (BART's head, XLNet's
+    sequence summary)."""
     if pooling not in modes:
         raise ConfigError(f"model.pooling={pooling!r} is not one of {', '.join(modes)}")
     encoder_decoder = hasattr(module.backbone, "decoder")
-    if encoder_decoder and pooling not in ("auto", "decoder"):
+    if encoder_decoder and pooling not in ("auto", "summary"):
         raise ConfigError(f"model.pooling={pooling!r}: an encoder-decoder is read at its decoder's last token "
-                          "(pooling auto or decoder)")
-    mode = ("decoder" if encoder_decoder else "last" if module.causal else "first") if pooling == "auto" else pooling
-    if mode == "decoder":  # BART's classification head: dense + tanh on the decoder's last (EOS) state
+                          "(pooling auto or summary)")
+    # XLNet puts its <cls> last and reads it through a dense + tanh "sequence summary" (Yang et al. 2019, sec. 3.3)
+    xlnet = module.backbone_config.position_embedding == "xl_relative" and not module.causal
+    if pooling == "auto":
+        mode = "summary" if encoder_decoder or xlnet else "last" if module.causal else "first"
+    else:
+        mode = pooling
+    if mode == "summary":  # dense + tanh on the last real state (BART: of the decoder, which read the same text)
         return mode, Pooler(module.backbone_config.hidden_size)
     if mode != "first":
         return mode, None
@@ -79,7 +85,7 @@ def pooled_states(module: Any, hidden: Tensor, attention_mask: Tensor | None) ->
     encoder-decoder), or ULMFiT's concat pooling."""
     if module.pooling == "concat":
         return concat_pooling(hidden, attention_mask)
-    if module.pooling == "decoder":
+    if module.pooling == "summary":
         return module.pooler(last_token_states(hidden, attention_mask)[:, None])
     return module.pooler(hidden) if module.pooling == "first" else last_token_states(hidden, attention_mask)
 
@@ -109,7 +115,7 @@ class SequenceClassifier(FinetuneModule):
     """A classifier head on the backbone of ``init_from`` (a checkpoint of ours or a transformers directory)."""
 
     def __init__(self, init_from: str | None = None, num_labels: int = 2,
-                 pooling: Literal["auto", "first", "last", "concat", "decoder"] = "auto",
+                 pooling: Literal["auto", "first", "last", "concat", "summary"] = "auto",
                  dropout: float = 0.1, learning_rate: float = 2e-5, weight_decay: float = 0.01,
                  warmup_ratio: float = 0.1, random_init: bool = False, tokenizer: str | None = None,
                  transfer: Transfer | None = None, lm_weight: float = 0.0) -> None:
@@ -119,9 +125,9 @@ class SequenceClassifier(FinetuneModule):
                 encoder-decoder) or a transformers directory we import (a ``*ForSequenceClassification`` one brings
                 its head too).
             num_labels: Classes; 1 = regression.
-            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), decoder
-                (an encoder-decoder's decoder at the last token, BART), concat (ULMFiT: last token, max and mean over
-                the tokens), or auto (first, last or decoder by the model).
+            pooling: first ([CLS] through the pooler: encoders), last (the last real token: decoders), summary
+                (dense + tanh on the last real token: BART's decoder, XLNet), concat (ULMFiT: last token, max and
+                mean over the tokens), or auto (first, last or summary by the model).
             dropout: Before the classifier (BERT, GPT: 0.1).
             learning_rate: AdamW's peak rate (BERT's grid: 2e-5 to 5e-5).
             weight_decay: AdamW's decoupled weight decay (0.01).
@@ -141,7 +147,7 @@ class SequenceClassifier(FinetuneModule):
         pretrained = self.attach_pretrained(init_from, random_init, tokenizer, transfer, (*ENCODERS, "Seq2SeqLM"))
         self.decoder_start_id = self.tokenizer.ids.get(getattr(pretrained, "decoder_start_token", "pad"), 0)
         self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling,
-                                                    ("auto", "first", "last", "concat", "decoder"))
+                                                    ("auto", "first", "last", "concat", "summary"))
         self.lm_head = auxiliary_lm_head(self, pretrained, lm_weight)
         self.dropout = nn.Dropout(dropout)
         width = self.backbone_config.hidden_size * (3 if self.pooling == "concat" else 1)
@@ -221,7 +227,7 @@ class MultipleChoice(FinetuneModule):
         self.pooling, self.pooler = sequence_pooler(self, pretrained, pooling)
         self.lm_head = auxiliary_lm_head(self, pretrained, lm_weight)
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(self.backbone_config.hidden_size, 1, bias=self.pooling == "first")
+        self.classifier = nn.Linear(self.backbone_config.hidden_size, 1, bias=self.pooling != "last")
         nn.init.normal_(self.classifier.weight, 0.0, 0.02)
         if self.classifier.bias is not None:
             nn.init.zeros_(self.classifier.bias)
