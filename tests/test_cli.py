@@ -297,7 +297,7 @@ def test_export_and_import_commands(tmp_path):
 
 
 @pytest.mark.slow
-def test_predict_fills_t5_sentinels_reconstructs_bart_and_continues_gpt2(tmp_path):
+def test_predict_fills_t5_sentinels(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Return the <extra_id_0> of the list.\n\nThe <extra_id_0> module <extra_id_1> files.\n")
     t5 = _two_step_checkpoint("t5", tmp_path / "t5")
@@ -309,11 +309,27 @@ def test_predict_fills_t5_sentinels_reconstructs_bart_and_continues_gpt2(tmp_pat
     assert all("filled" in r and "<extra_id_0>" not in r["filled"] for r in rows)
     beam = run_cli(["predict", str(t5), str(prompts), "--strategy", "beam", "--num_beams", "3"], cwd=tmp_path)
     assert beam.returncode == 0 and len(beam.stdout.strip().splitlines()) == 2, beam.stderr[-2000:]
+    _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
+    _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")
+
+
+def test_predict_continues_gpt2_and_fills_the_middle(tmp_path):
     gpt = _two_step_checkpoint("gpt2", tmp_path / "gpt")
     (tmp_path / "p.txt").write_text("def add(a, b):\n")
     res = run_cli(["predict", str(gpt), str(tmp_path / "p.txt"), "--strategy", "sample", "--top_p", "0.9",
                    "--seed", "1", "--max_new_tokens", "5", "--json"], cwd=tmp_path)
     assert res.returncode == 0 and json.loads(res.stdout.strip())["prompt"] == "def add(a, b):", res.stderr[-2000:]
+    fim = _two_step_checkpoint("gpt2-fim", tmp_path / "fim")
+    (tmp_path / "f.txt").write_text("def add(a, b):<fim_middle> return c\n")
+    res = run_cli(["predict", str(fim), str(tmp_path / "f.txt"), "--max_new_tokens", "4", "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout.strip())
+    assert row["filled"] == "def add(a, b):" + row["output"] + " return c"
+
+
+def test_predict_reconstructs_bart_and_refuses_an_mlm(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Return the <extra_id_0> of the list.\n")
     bert = _two_step_checkpoint("bert", tmp_path / "bert")
     _one_line_error(run_cli(["predict", str(bert), str(prompts)], cwd=tmp_path), "holds a MaskedLM checkpoint")
     bart = _two_step_checkpoint("bart", tmp_path / "bart")
@@ -322,11 +338,3 @@ def test_predict_fills_t5_sentinels_reconstructs_bart_and_continues_gpt2(tmp_pat
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout.strip())
     assert row["prompt"] == "Return the <mask> of the list." and not row["output"].startswith("<s>")
-    fim = _two_step_checkpoint("gpt2-fim", tmp_path / "fim")
-    (tmp_path / "f.txt").write_text("def add(a, b):<fim_middle> return c\n")
-    res = run_cli(["predict", str(fim), str(tmp_path / "f.txt"), "--max_new_tokens", "4", "--json"], cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    row = json.loads(res.stdout.strip())
-    assert row["filled"] == "def add(a, b):" + row["output"] + " return c"
-    _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
-    _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")

@@ -46,6 +46,13 @@ def test_targets_are_words_and_rounded_scores():
         TextToTextDataModule(tasks=["offline:markup_spans"])
 
 
+def test_adapters_are_refused_on_a_whole_encoder_decoder(t5):
+    from plm_lightning.finetune import Transfer
+
+    with pytest.raises(ConfigError, match="adapters go into one-stack backbones"):
+        TextToText(init_from=t5, transfer=Transfer(adapter_size=8))
+
+
 def test_tiny_t5_learns_its_targets_and_exports_to_transformers(t5, tmp_path):
     torch.manual_seed(0)
     model = TextToText(init_from=t5, learning_rate=3e-3)

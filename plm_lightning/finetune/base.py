@@ -74,6 +74,9 @@ class FinetuneModule(L.LightningModule):
         """The transformers family the backbone exports to (``bert``, ``roberta``, ``electra``, ``gpt2`` ...), or None."""
         self.val_loss = MeanMetric()
         if self.transfer.adapter_size:
+            if whole:
+                raise ConfigError(f"model.transfer.adapter_size: adapters go into one-stack backbones; "
+                                  f"{type(self).__name__} fine-tunes a whole encoder-decoder (set adapter_size 0)")
             add_adapters(self.backbone, self.backbone_config.hidden_size, self.transfer.adapter_size)
         return pretrained
 
