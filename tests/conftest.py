@@ -6,6 +6,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # n workers share the cores: one intra-op thread pool each, not n oversubscribed
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))  # the CLI runs' subprocesses
+    import torch
+
+    torch.set_num_threads(_threads)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
