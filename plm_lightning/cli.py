@@ -1,4 +1,5 @@
-"""``python -m plm_lightning``: LightningCLI (fit/validate/test/predict) plus inspect, export and import.
+"""``python -m plm_lightning``: LightningCLI (fit/validate/test/predict) plus inspect, export, import and the knowledge
+tools (world, probe, causal-trace, edit).
 
 Errors in user input print one line on stderr and exit with code 2; ``PLM_DEBUG=1`` shows the traceback.
 """
@@ -17,7 +18,8 @@ from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives.base import PretrainingModule
 
-EXTRA_COMMANDS = ("inspect", "export", "import")
+EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
+                  "edit")
 
 
 def default_config_files() -> list[str]:
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         if argv and (argv[0] in EXTRA_COMMANDS or generating):  # `predict --config ...` stays LightningCLI's
             from plm_lightning import commands
 
-            getattr(commands, f"run_{argv[0]}")(argv[1:])
+            getattr(commands, f"run_{argv[0].replace('-', '_')}")(argv[1:])
         else:
             PLMCLI(args=None if from_sys else argv)
     except SystemExit:

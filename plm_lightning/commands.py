@@ -9,6 +9,14 @@ import sys
 from pathlib import Path
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.knowledge.commands import (  # noqa: F401 - dispatched by name from cli.main
+    run_causal_trace,
+    run_edit,
+    run_neurons,
+    run_probe,
+    run_trace_facts,
+    run_world,
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -143,3 +143,33 @@ def tiny_pretrained(path: Path, family: str) -> str:
                                  "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special,
                                                "kind": tok.kind}}}, path)
     return str(path)
+
+
+WORLD_SPEC = "world:seed=0,subjects=40"
+"""The small world the knowledge tests train on: 200 facts, about 20 of them alias-only."""
+
+
+@pytest.fixture(scope="session")
+def world_gpt(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> dict:
+    """A tiny GPT-2 trained on ``WORLD_SPEC`` through the CLI recipe, once per session (shared by xdist workers
+    through a file lock): {"last": checkpoint, "checkpoints": [the saved ones, oldest first], "world": spec}."""
+    import json
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    out = root / "world_gpt"
+    with FileLock(str(root / "world_gpt.lock")):
+        done = out / "done.json"
+        if not done.is_file():
+            result = run_cli(["fit", "--config", str(ROOT / "configs/knowledge/gpt2-world.yaml"),
+                              "--data.source", WORLD_SPEC, "--data.batch_size", "16", "--trainer.max_steps", "1200",
+                              "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out),
+                              "--trainer.callbacks.dirpath", str(out / "checkpoints")],
+                             cwd=ROOT, env={"PLM_LIGHTNING_CACHE": str(shared_cache)})
+            assert result.returncode == 0, result.stderr[-3000:]
+            saved = sorted(str(p) for p in (out / "checkpoints").glob("step*.ckpt"))
+            done.write_text(json.dumps({"last": str(out / "checkpoints" / "last.ckpt"), "checkpoints": saved,
+                                        "world": WORLD_SPEC}))
+    return json.loads((out / "done.json").read_text())

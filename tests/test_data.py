@@ -9,6 +9,7 @@ from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, TextToken
 from plm_lightning.data.packing import (
     TokenizedDocument,
     pack_contiguous,
+    pack_documents,
     pack_sentence_pairs,
     pack_sentences,
     split_documents,
@@ -46,6 +47,20 @@ def test_contiguous_blocks_keep_every_token_and_record_documents():
     for ids, doc in zip(blocks.input_ids, blocks.document_ids):
         for i in range(1, 16):
             assert doc[i] == doc[i - 1] + (ids[i - 1] == EOS)
+
+
+def test_document_rows_start_every_document_after_eos():
+    rng = np.random.default_rng(1)
+    docs = _docs(rng)
+    blocks = pack_documents(docs, 16, EOS, PAD)
+    rebuilt: list[list[int]] = []
+    for ids, doc in zip(blocks.input_ids.tolist(), blocks.document_ids.tolist()):
+        real = [t for t, d in zip(ids, doc) if d >= 0]
+        assert len(real) >= 2 and all(d == -1 for d in doc[len(real):]) and all(t == PAD for t in ids[len(real):])
+        if real[0] == EOS:  # a document starts on this row; a long one continues on the next rows
+            rebuilt.append([])
+        rebuilt[-1].extend(t for t in real if t != EOS)
+    assert rebuilt == [[t for s in d.sentences for t in s] for d in docs]  # every document, in order, complete
 
 
 @pytest.mark.parametrize("cross", [True, False])

@@ -143,7 +143,8 @@ class TextDataModule(L.LightningDataModule):
             tokenizer: A kind to train on the corpus (wordpiece, bpe, gpt2) or a tokenizer.json / HF directory.
             tokenizer_vocab_size: Vocabulary size when training a tokenizer.
             seq_len: Tokens per block.
-            packing: contiguous | full_sentences | doc_sentences | sentence_pairs (NSP) | sentence_order (SOP).
+            packing: contiguous | documents (one per row, GPT-style) | full_sentences | doc_sentences |
+                sentence_pairs (NSP) | sentence_order (SOP).
             batch_size: Blocks per batch on each device.
             num_workers: DataLoader worker processes.
             val_fraction: Fraction of documents held out for validation.

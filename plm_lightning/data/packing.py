@@ -31,9 +31,9 @@ from plm_lightning.data.sources import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
-PackingMode = Literal["contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
+PackingMode = Literal["contiguous", "documents", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
                       "sentence_distance", "continuation_pairs"]
-PACKING_MODES = ("contiguous", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
+PACKING_MODES = ("contiguous", "documents", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
                  "sentence_distance", "continuation_pairs")
 FORMAT_VERSION = 7
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
@@ -189,6 +189,23 @@ def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> 
     doc = np.asarray(doc_index[: n * length], dtype=np.int64).reshape(n, length)
     local = (doc - doc[:, :1]).astype(np.int16)  # renumber from 0 inside each block
     return PackedBlocks(ids, local, **flags)
+
+
+def pack_documents(docs: list[TokenizedDocument], length: int, eos_id: int, pad_id: int) -> PackedBlocks:
+    """One document per row, ``<eos> doc <eos>`` (a longer one continues on further rows), padded: every document
+    starts at position 1 after the end-of-text token, as a prompt does (short-document corpora: the knowledge world,
+    where packing across documents would make every fact appear after another subject's)."""
+    rows: list[list[int]] = []
+    for d in docs:
+        ids = [eos_id, *(t for s in d.sentences for t in s), eos_id]
+        rows.extend(ids[start: start + length] for start in range(0, len(ids) - 1, length))  # no row of a lone <eos>
+    tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
+    doc = np.full((len(rows), length), -1, dtype=np.int64)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = row
+        doc[i, : len(row)] = 0
+    ids, flags = _split_flags(tokens)
+    return PackedBlocks(ids, doc.astype(np.int16), **flags)
 
 
 def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
@@ -380,8 +397,13 @@ def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextT
 
 def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int) -> PackedBlocks:
     ids = tokenizer.ids
+    tokenizer.require(("eos",) if mode in ("contiguous", "documents") else ("cls", "sep", "pad"),
+                      f"data.packing={mode} (contiguous and documents need eos; the sentence modes cls, sep and pad)")
     if mode == "contiguous":
         return pack_contiguous(docs, length, ids["eos"])
+    if mode == "documents":
+        tokenizer.require(("pad",), "data.packing=documents")
+        return pack_documents(docs, length, ids["eos"], ids["pad"])
     if mode in ("full_sentences", "doc_sentences"):
         return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
     if mode in ("sentence_pairs", "sentence_order", "sentence_distance", "continuation_pairs"):

@@ -1,4 +1,5 @@
-"""Text sources: the embedded corpus, local files (txt, jsonl, parquet; files, directories, globs), HF datasets.
+"""Text sources: the embedded corpus, the synthetic knowledge world (``world[:key=value,...]``), local files (txt,
+jsonl, parquet; files, directories, globs), HF datasets.
 
 Every source yields documents (strings; paragraphs separated by blank lines) and a fingerprint that changes
 whenever the text may have changed, used as a cache key downstream.
@@ -18,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, world_from_spec
 
 EMBEDDED = "embedded"
 FAKE_PREFIX = "fake:"
@@ -175,6 +177,8 @@ def source_fingerprint(source: str | None, text_field: str = "text", max_documen
         return None if inner is None else f"fake-v1-{inner}"
     if source in (None, "", EMBEDDED):
         return _embedded_fingerprint() + suffix
+    if is_world_spec(source):
+        return world_fingerprint(source) + suffix
     if is_saved_dataset(source):
         return None
     if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
@@ -204,6 +208,8 @@ def load_documents(source: str | None, text_field: str = "text", split: str = "t
         return [fake_language(d) for d in docs], f"fake-v1-{fingerprint}"
     if source in (None, "", EMBEDDED):
         docs, fingerprint = list(embedded_corpus()), _embedded_fingerprint()
+    elif is_world_spec(source):  # the synthetic knowledge world (plm_lightning.knowledge.world)
+        docs, fingerprint = world_from_spec(source).texts(), world_fingerprint(source)
     else:
         if is_saved_dataset(source):
             docs, fingerprint = _hf_dataset(source, text_field, split)

@@ -1,0 +1,54 @@
+"""The knowledge subcommands end to end on the world-trained GPT-2 (`world_gpt`), and their one-line errors."""
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_world_command_writes_the_files(tmp_path) -> None:
+    result = run_cli(["world", str(tmp_path), "--world", "world:seed=2,subjects=10"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert {"corpus.jsonl", "probes.jsonl", "counterfact.json", "facts.jsonl"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_probe_trace_and_edit_commands(world_gpt: dict, tmp_path) -> None:
+    ckpt, world = world_gpt["last"], world_gpt["world"]
+    result = run_cli(["probe", ckpt, "--world", world, "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    layers = json.loads(result.stdout)["readers"][0]["layers"]
+    assert layers[-1]["p@1"] >= 0.9 and len(layers) == 5
+    png = tmp_path / "trace.png"
+    result = run_cli(["causal-trace", ckpt, "--world", world, "--facts", "2", "--samples", "2", "--png", str(png)],
+                     cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert png.stat().st_size > 1000 and "last subject token" in result.stdout
+    result = run_cli(["edit", ckpt, "--world", world, "--editor", "rome", "--count", "2", "--json",
+                      "--save", str(tmp_path / "edited.ckpt")], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["results"][0]
+    assert report["after"]["efficacy"] == 1.0 and report["before"]["efficacy"] == 0.0
+    result = run_cli(["probe", str(tmp_path / "edited.ckpt"), "--world", world, "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr  # the saved edited model loads and answers
+
+
+@pytest.mark.parametrize("args, words", [
+    (["edit", "{ckpt}", "--world", "{world}", "--layers", "7"], "layer 7 is out of range"),
+    (["edit", "{ckpt}", "--world", "{world}", "--count", "0"], "empty"),
+    (["edit", "{ckpt}", "--requests", "{bad}"], "not in the prompt"),
+    (["probe", "{ckpt}", "--probes", "{missing}"], "no such file"),
+    (["probe", "no/such.ckpt", "--world", "world"], "no such checkpoint"),
+    (["causal-trace", "{ckpt}", "--prompt", "Someone was born in", "--subject", "Nobody"], "does not occur"),
+])
+def test_knowledge_errors_are_one_line(world_gpt: dict, tmp_path, args: list[str], words: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"prompt": "Someone was born in", "subject": "Nobody", "target_new": "Lorjun"}]))
+    fill = {"{ckpt}": world_gpt["last"], "{world}": world_gpt["world"], "{bad}": str(bad),
+            "{missing}": str(tmp_path / "missing.jsonl")}
+    result = run_cli([fill.get(a, a) for a in args], cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr

@@ -1,0 +1,143 @@
+"""The knowledge tools on a tiny GPT-2 trained on the synthetic world (the `world_gpt` fixture): each test checks an
+effect the paper reports, on a model whose facts are known."""
+
+import numpy as np
+import pytest
+import torch
+
+from plm_lightning.errors import ConfigError
+from plm_lightning.knowledge import build_world
+from plm_lightning.knowledge.world import WorldConfig, prompt_of
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lm(world_gpt: dict):
+    from plm_lightning.knowledge.lm import LanguageModel
+
+    return LanguageModel.load(world_gpt["last"])
+
+
+@pytest.fixture(scope="module")
+def world(world_gpt: dict):
+    return build_world(WorldConfig.parse(world_gpt["world"]))
+
+
+def test_the_world_recipe_learns_its_facts(lm, world) -> None:
+    from plm_lightning.knowledge.probing import probe
+
+    report = probe(lm, world.probes("train"))
+    assert report.skipped == 0
+    assert report.last["p@1"] >= 0.9, report.layers
+    assert report.layers[0]["p@1"] < 0.2  # the embeddings alone do not know the facts
+    alias = probe(lm, world.probes("alias"))  # facts stated only under an alias are not answered by name
+    assert alias.last["p@1"] < report.last["p@1"] - 0.3
+
+
+def test_causal_trace_restoring_every_state_recovers_the_clean_run(lm, world) -> None:
+    from plm_lightning.knowledge.tracing import KINDS, _record, causal_trace, run_patched
+
+    fact = next(f for f in world.facts if not f.alias_only)
+    prompt = prompt_of(world.relations[fact.relation].templates[0]).format(fact.subject)
+    trace = causal_trace(lm, prompt, fact.subject, fact.object, samples=3)
+    assert trace.clean > 0.5 and trace.corrupted < trace.clean
+    query = lm.query(prompt, fact.object, subject=fact.subject)
+    noise = torch.randn(3, query.subject_span[1] - query.subject_span[0], lm.backbone.cfg.hidden_size)
+    states = _record(lm, torch.tensor([query.ids]))
+    every = range(len(query.ids))
+    for kind in ("hidden",):
+        restored = run_patched(lm, query, noise, {(kind, 0): every}, states)
+        assert torch.allclose(restored[1:], restored[0].expand(3), atol=1e-5)
+    last = lm.num_layers - 1  # the last layer's hidden state at the answer position restores p* exactly
+    assert trace.effects["hidden"][-1, last] == pytest.approx(trace.clean - trace.corrupted, abs=1e-5)
+    assert set(trace.effects) == set(KINDS)
+    # before the subject, nothing was corrupted: restoring those states changes nothing
+    assert np.abs(trace.effects["hidden"][: query.subject_span[0]]).max() < 1e-6
+
+
+def test_rome_edits_one_fact_with_a_rank_one_update_and_restores_exactly(lm, world) -> None:
+    from plm_lightning.knowledge.edit_metrics import evaluate_edit
+    from plm_lightning.knowledge.rome import ROME
+
+    cases = world.edit_requests(5, seed=1)
+    edited = {c["fact_id"] for c in cases}
+    unrelated = [r for r in world.probes("train") if r["fact_id"] not in edited]
+    before = {k: v.clone() for k, v in lm.module.state_dict().items()}
+    results = [evaluate_edit(lm, ROME(world.texts()), [case], unrelated) for case in cases]
+    assert all(r["after"]["efficacy"] == 1.0 for r in results)
+    assert np.mean([r["after"]["paraphrase"] for r in results]) >= 0.6
+    for r in results:
+        assert r["unrelated_p@1_before"] - r["unrelated_p@1_after"] <= 0.02
+        assert len(r["changed"]) == 1 and list(r["changed"].values()) == [1]  # one matrix, rank one
+    after = lm.module.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # restore() is exact
+
+
+def test_memit_writes_twenty_facts_at_once(lm, world) -> None:
+    from plm_lightning.knowledge.edit_metrics import evaluate_edit
+    from plm_lightning.knowledge.rome import MEMIT
+
+    cases = world.edit_requests(20, seed=2)
+    result = evaluate_edit(lm, MEMIT(world.texts()), cases)
+    assert result["after"]["efficacy"] >= 0.9
+    assert len(result["changed"]) == 2
+
+
+def test_constrained_finetuning_stays_in_its_ball(lm, world) -> None:
+    from plm_lightning.knowledge.constrained import ConstrainedFinetune
+    from plm_lightning.knowledge.editing import EditRequest
+
+    requests = [EditRequest.from_dict(c) for c in world.edit_requests(3, seed=3)]
+    edit = ConstrainedFinetune(layers=[1], delta=2e-3, steps=20).apply(lm, requests)
+    try:
+        deltas = edit.delta()
+        assert deltas and all(name.startswith("backbone.layers.1.ffn") for name in deltas)
+        largest = max(float(d.abs().max()) for d in deltas.values())
+        assert 1e-3 < largest <= 2e-3 + 1e-7
+    finally:
+        edit.restore()
+    assert all(float(d.abs().max()) == 0 for d in edit.delta().values())
+
+
+def test_suppressing_knowledge_neurons_hurts_more_than_random_neurons(lm, world) -> None:
+    from plm_lightning.knowledge.neurons import knowledge_neurons, neuron_effects
+    from plm_lightning.knowledge.probing import probe_queries
+
+    rows = world.probes("train", "train")
+    suppress, random_suppress = [], []
+    for fid in sorted({r["fact_id"] for r in rows})[:6]:
+        queries, _ = probe_queries(lm, [r for r in rows if r["fact_id"] == fid])
+        neurons = knowledge_neurons(lm, queries, steps=20, threshold=0.2, share=0.5)
+        if neurons:
+            effects = neuron_effects(lm, queries, neurons, random_sets=3)
+            suppress.append(effects["suppress"])
+            random_suppress.append(effects["random_suppress"])
+    assert len(suppress) >= 3
+    assert np.mean(suppress) < np.mean(random_suppress) - 0.1
+
+
+def test_tracin_beats_random_and_bm25_fails_on_alias_only_facts(world_gpt: dict, world) -> None:
+    from plm_lightning.knowledge.attribution import trace_world
+    from plm_lightning.knowledge.lm import LanguageModel
+
+    lms = [LanguageModel.load(p) for p in world_gpt["checkpoints"][-2:]]
+    rows = trace_world(lms, world, ["tracin", "bm25"], facts=8, alias_facts=8)
+    get = {(r["facts"], r["setting"], r["method"]): r for r in rows}
+    assert get[("named", "full", "tracin")]["recall@10"] > get[("named", "full", "random")]["recall@10"] + 0.2
+    assert get[("named", "full", "bm25")]["recall@10"] > 0.8  # the subject's name finds its documents
+    assert get[("alias", "full", "bm25")]["recall@10"] < 0.3  # without the name, it cannot
+
+
+def test_bad_knowledge_inputs_fail_in_one_line(lm) -> None:
+    from plm_lightning.knowledge.editing import EditRequest
+    from plm_lightning.knowledge.rome import ROME
+
+    with pytest.raises(ConfigError, match="not in the prompt"):
+        EditRequest.from_dict({"prompt": "Someone was born in", "subject": "Nobody", "target_new": "X"})
+    with pytest.raises(ConfigError, match="layer 9 is out of range"):
+        ROME(["text"], layer=9).apply(lm, EditRequest("{} was born in", "A B", "C"))
+    with pytest.raises(ConfigError, match="empty"):
+        ROME(["text"]).apply(lm, [])
+    with pytest.raises(ConfigError, match="does not occur"):
+        lm.query("Someone was born in", subject="Nobody")
