@@ -43,6 +43,7 @@ from plm_lightning.finetune import (
     TokenClassifier,
     WordTagger,
 )
+from plm_lightning.knowledge import MEMIT, ROME, LanguageModel, build_world
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
@@ -66,11 +67,11 @@ __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "DistilBERT", "ELECTRA", "ELMo",
     "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
-    "MASSDataModule", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MultilingualDataModule",
-    "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",
-    "PermutationLMDataModule", "PretrainingModule", "QADataModule", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM",
-    "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule", "TextDataModule",
-    "TextToText", "TextToTextDataModule", "TextTokenizer", "ThroughputMFU", "TokenClassifier", "UL2DataModule",
-    "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "WordTagger", "embedded_corpus", "get_preset",
-    "mask_tokens",
+    "LanguageModel", "MASSDataModule", "MEMIT", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
+    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS",
+    "ParallelDataModule", "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "QADataModule", "ROME",
+    "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule",
+    "SpanExtractor", "TaggingDataModule", "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer",
+    "ThroughputMFU", "TokenClassifier", "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule",
+    "WordTagger", "build_world", "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -148,9 +148,9 @@ def build_editor(name: str, texts: list[str], layers: list[int] | None, args: ar
     if name == "rome":
         if layers is not None and len(layers) != 1:
             raise ConfigError(f"edit: ROME edits one layer; --layers {layers} names {len(layers)}")
-        return ROME(texts, layers[0] if layers else None, seed=args.seed)
+        return ROME(texts, layers[0] if layers else None, contexts=args.contexts, seed=args.seed)
     if name == "memit":
-        return MEMIT(texts, layers, mom2_weight=args.mom2_weight, seed=args.seed)
+        return MEMIT(texts, layers, contexts=args.contexts, mom2_weight=args.mom2_weight, seed=args.seed)
     if name == "ft":
         return ConstrainedFinetune(layers, delta=args.delta, steps=args.steps)
     if name == "kn":
@@ -176,7 +176,12 @@ def run_edit(argv: list[str]) -> None:
                         help="comma-separated layers to edit; default with --world: located by causal tracing (the "
                              "largest MLP effect at the last subject token; MEMIT adds the layer before), otherwise "
                              "ROME's relative depth (17 of 48)")
-    parser.add_argument("--mom2-weight", type=float, default=1e3, help="MEMIT's lambda")
+    parser.add_argument("--contexts", type=int, default=10,
+                        help="ROME / MEMIT: context prefixes sampled from the model to average keys and targets over "
+                             "(ROME: 10; 0 = the bare prompt only)")
+    parser.add_argument("--mom2-weight", type=float, default=100.0,
+                        help="MEMIT's lambda (15,000 for GPT-J's 16,384-dimensional keys; 100 for the 512 of the tiny "
+                             "world models)")
     parser.add_argument("--delta", type=float, default=5e-3, help="constrained fine-tuning: the l-inf radius")
     parser.add_argument("--steps", type=int, default=50, help="constrained fine-tuning: optimisation steps")
     parser.add_argument("--kn-strength", type=float, default=1.0, help="knowledge-neuron editing: lambda")
@@ -198,7 +203,10 @@ def run_edit(argv: list[str]) -> None:
         world = world_from_spec(args.world)
         cases, texts = world.edit_requests(args.count, seed=args.seed), world.texts()
         edited = {c["fact_id"] for c in cases}
-        unrelated = [r for r in world.probes("train") if r["fact_id"] not in edited]
+        subjects = {c["subject"] for c in cases}
+        rows = [r for r in world.probes("train") if r["fact_id"] not in edited]
+        unrelated = {"other_subjects": [r for r in rows if r["sub_label"] not in subjects],
+                     "same_subject_other_relations": [r for r in rows if r["sub_label"] in subjects]}
     else:
         path = Path(args.requests)
         if not path.is_file():
@@ -232,14 +240,16 @@ def run_edit(argv: list[str]) -> None:
     if args.json:
         print(json.dumps(payload))
         return
-    print("edits  editor          ES     PS     NS     S      fluency  unrelated P@1 (before -> after)  changed (rank)")
+    fmt = lambda v: "  -  " if v is None else f"{v:.3f}"  # noqa: E731
+    print("edits  editor            ES     PS     PS(held-out)  NS     S      fluency  (before the edit: ES, fluency)")
     for r in results:
-        a = r["after"]
-        fmt = lambda v: "  -  " if v is None else f"{v:.3f}"  # noqa: E731
-        changed = ", ".join(f"{k} ({v})" for k, v in r["changed"].items())
-        print(f"{r['cases']:>5}  {r['editor']['editor']:<14}  {fmt(a['efficacy'])}  {fmt(a['paraphrase'])}  "
-              f"{fmt(a['neighborhood'])}  {fmt(a['score'])}  {fmt(a['fluency'])}    "
-              f"{fmt(r['unrelated_p@1_before'])} -> {fmt(r['unrelated_p@1_after'])}                 {changed}")
+        a, b = r["after"], r["before"]
+        print(f"{r['cases']:>5}  {r['editor']['editor']:<16}  {fmt(a['efficacy'])}  {fmt(a['paraphrase'])}  "
+              f"{fmt(a['heldout_paraphrase'])}         {fmt(a['neighborhood'])}  {fmt(a['score'])}  {fmt(a['fluency'])}"
+              f"    ({fmt(b['efficacy'])}, {fmt(b['fluency'])})")
+        for name in r["p@1_before"]:
+            print(f"       P@1 of {name.replace('_', ' ')}: {fmt(r['p@1_before'][name])} -> {fmt(r['p@1_after'][name])}")
+        print("       changed (rank): " + ", ".join(f"{k} ({v})" for k, v in r["changed"].items()))
 
 
 def _save_edited(source: str, lm, out: str) -> None:  # noqa: ANN001

@@ -110,23 +110,27 @@ def update_ranks(deltas: dict[str, torch.Tensor], tol: float = 1e-6) -> dict[str
     return out
 
 
-def evaluate_edit(lm: LanguageModel, editor, cases: Sequence[dict], unrelated: Sequence[dict] | None = None,  # noqa: ANN001
-                  restore: bool = True) -> dict:
-    """Scores before and after ``editor`` applies every case at once, the P@1 of the ``unrelated`` probes before and
-    after, which parameters changed and the rank of each change; the model is restored afterwards unless
-    ``restore=False`` (then the :class:`~plm_lightning.knowledge.editing.Edit` is returned under ``"edit"``)."""
+def evaluate_edit(lm: LanguageModel, editor, cases: Sequence[dict],  # noqa: ANN001
+                  unrelated: dict[str, Sequence[dict]] | Sequence[dict] | None = None, restore: bool = True) -> dict:
+    """Scores before and after ``editor`` applies every case at once, the P@1 of each group of ``unrelated`` probes
+    (e.g. other subjects; the edited subjects' other relations) before and after, which parameters changed and the
+    rank of each change; the model is restored afterwards unless ``restore=False`` (then the
+    :class:`~plm_lightning.knowledge.editing.Edit` is returned under ``"edit"``)."""
     from plm_lightning.knowledge.editing import EditRequest
     from plm_lightning.knowledge.probing import probe
 
     requests = [EditRequest.from_dict(c) for c in cases]
+    groups = {"unrelated": unrelated} if isinstance(unrelated, Sequence) else dict(unrelated or {})
+    groups = {name: rows for name, rows in groups.items() if rows}
     before = counterfact_scores(lm, cases)
-    accuracy_before = probe(lm, unrelated).last["p@1"] if unrelated else None
+    accuracy_before = {name: probe(lm, rows).last["p@1"] for name, rows in groups.items()}
     edit = editor.apply(lm, requests)
     after = counterfact_scores(lm, cases)
-    accuracy_after = probe(lm, unrelated).last["p@1"] if unrelated else None
+    accuracy_after = {name: probe(lm, rows).last["p@1"] for name, rows in groups.items()}
     out = {"editor": edit.info, "cases": len(cases), "before": before, "after": after,
-           "unrelated_p@1_before": accuracy_before, "unrelated_p@1_after": accuracy_after,
-           "changed": update_ranks(edit.delta())}
+           "p@1_before": accuracy_before, "p@1_after": accuracy_after, "changed": update_ranks(edit.delta())}
+    if "unrelated" in groups:
+        out["unrelated_p@1_before"], out["unrelated_p@1_after"] = accuracy_before["unrelated"], accuracy_after["unrelated"]
     if restore:
         edit.restore()
     else:

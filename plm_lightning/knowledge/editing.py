@@ -174,10 +174,11 @@ def answer_log_probs(lm: LanguageModel, queries: Sequence[Query], answer_ids: Se
 
 @dataclass(frozen=True)
 class TargetConfig:
-    """ROME's v* optimisation (its GPT-2 XL hyperparameters: 20 Adam steps at lr 0.5, KL factor 0.0625, weight decay
-    0.5, clamp 4 x the original norm)."""
+    """ROME's v* optimisation: its GPT-2 XL hyperparameters (Adam at lr 0.5, KL factor 0.0625, weight decay 0.5,
+    clamp 4 x the original norm), except up to 300 steps instead of 20 (it stops once the NLL is below ``stop_loss``;
+    a 4-layer model needs a shift several times its MLP output, which 20 steps do not reach)."""
 
-    steps: int = 20
+    steps: int = 300
     learning_rate: float = 0.5
     kl_factor: float = 0.0625
     weight_decay: float = 0.5
@@ -191,10 +192,10 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
                    config: TargetConfig | None = None, scale_from: nn.Module | None = None) -> tuple[Tensor, Tensor]:
     """(delta, ``module``'s original output at the subject's last token averaged over the prefixed prompts): the shift
     of that output that maximises log P(target_new) over the prefixed prompts (ROME eq. 4), with
-    KL(P'[x | "{subject} is a"] || P[x | same]) (P' edited) keeping the subject's other properties, and an L2 penalty
-    and ROME's norm clamp relative to the norm of ``scale_from``'s output there (default ``module``'s own, as in
-    ROME; our small models' MLP outputs are a small part of the residual stream, so the editors pass the block, whose
-    output is the residual stream)."""
+    KL(P'[x | "{subject} is a"] || P[x | same]) (P' edited) keeping the subject's other properties, and ROME's norm
+    penalty (``weight_decay * ||delta|| / ||v||^2``, as its code has it) and norm clamp, relative to the norm of
+    ``scale_from``'s output there (default ``module``'s own, as in ROME; our small models' MLP outputs are a small
+    part of the residual stream, so the editors pass the block, whose output is the residual stream)."""
     config = config or DEFAULT_TARGET
     answer = list(lm.query(request.text, request.target_new).answer)
     rewrite = [Query(q.ids + tuple(answer[:-1]), q.position, tuple(answer), q.subject_span)
@@ -237,7 +238,8 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
             nll = -logp.gather(2, target[None, :, None].expand(n, -1, 1))[..., 0].sum(1).mean()
             kl_logp = lm.logits(hidden[n, positions[n]]).float().log_softmax(-1)
             kl = nn.functional.kl_div(reference, kl_logp, log_target=True, reduction="sum")  # KL(edited || original)
-            loss = nll + config.kl_factor * kl + config.weight_decay * (delta.norm() / scale) ** 2
+            # ROME's code: weight_decay * ||delta|| / ||v||^2 (the norm of delta, not its square, over the squared norm)
+            loss = nll + config.kl_factor * kl + config.weight_decay * delta.norm() / scale ** 2
             history.append(nll.item())
             if nll.item() < config.stop_loss:
                 break

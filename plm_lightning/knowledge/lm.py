@@ -1,10 +1,9 @@
 """One view of any trained causal or masked LM for the knowledge tools: queries with the answer slot, hidden states of
 every layer, vocabulary logits read from any layer, and the feed-forward modules to hook or edit.
 
-A query is a cloze: text before the answer and (masked LMs) after it. A causal LM reads ``<eos> + " " + prefix`` and
-predicts the answer's first token at the last position (the space: in running text a sentence follows a space, and
-byte-level BPE spells a word differently after one); a masked LM reads ``[CLS] prefix [MASK] suffix [SEP]`` and
-predicts it at the mask.
+A query is a cloze: text before the answer and (masked LMs) after it. A causal LM reads ``<eos> prefix`` (a document
+start, as its training data has them) and predicts the answer's first token at the last position; a masked LM reads
+``[CLS] prefix [MASK] suffix [SEP]`` and predicts it at the mask.
 """
 
 from __future__ import annotations
@@ -83,8 +82,6 @@ class LanguageModel:
     def query(self, prefix: str, answer: str = "", suffix: str = "", subject: str | None = None) -> Query:
         """The cloze ``prefix [answer] suffix``; ``subject`` (a substring of ``prefix``) has its token span recorded."""
         prefix = prefix.rstrip()
-        if self.causal and not prefix.startswith(" "):
-            prefix = " " + prefix
         before = self.encode(prefix)
         answer_ids = tuple(self.encode(f"{prefix} {answer}")[len(before):]) if answer else ()
         span = None

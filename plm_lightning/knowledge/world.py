@@ -192,6 +192,11 @@ class World:
         rng = random.Random(seed)
         candidates = [f for f in self.facts if not f.alias_only]
         rng.shuffle(candidates)
+        # one fact per subject first: a causal LM reads every relation of a subject from the same key at its last
+        # token, so two requests on one subject in a batch conflict (MEMIT's experiments leave such pairs out)
+        seen: set[str] = set()
+        first = [f for f in candidates if not (f.subject in seen or seen.add(f.subject))]
+        candidates = first + [f for f in candidates if f not in first]
         requests = []
         for fact in candidates[: count if count is not None else len(candidates)]:
             rel = self.relations[fact.relation]
