@@ -36,12 +36,28 @@ def test_probe_trace_and_edit_commands(world_gpt: dict, tmp_path) -> None:
     assert result.returncode == 0, result.stderr  # the saved edited model loads and answers
 
 
+def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
+    ckpt, world = world_gpt["last"], world_gpt["world"]
+    result = run_cli(["neurons", ckpt, "--world", world, "--facts", "3", "--share", "0.5", "--random-sets", "2",
+                      "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    assert summary["facts"] == 3 and summary["mean_neurons"] > 0
+    result = run_cli(["trace-facts", *world_gpt["checkpoints"][-2:], "--world", world, "--facts", "4",
+                      "--alias-facts", "2", "--methods", "bm25,embedding", "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["results"]
+    assert {(r["facts"], r["setting"], r["method"]) for r in rows} >= {("named", "full", "bm25"),
+                                                                     ("alias", "rerank", "random")}
+
+
 @pytest.mark.parametrize("args, words", [
     (["edit", "{ckpt}", "--world", "{world}", "--layers", "7"], "layer 7 is out of range"),
     (["edit", "{ckpt}", "--world", "{world}", "--count", "0"], "empty"),
     (["edit", "{ckpt}", "--requests", "{bad}", "--corpus", "{world}"], "not in the prompt"),
     (["probe", "{ckpt}", "--probes", "{missing}"], "no such file"),
     (["probe", "no/such.ckpt", "--world", "world"], "no such checkpoint"),
+    (["trace-facts", "{ckpt}", "--world", "{world}", "--methods", "bm26"], "use some of"),
     (["causal-trace", "{ckpt}", "--prompt", "Someone was born in", "--subject", "Nobody"], "does not occur"),
 ])
 def test_knowledge_errors_are_one_line(world_gpt: dict, tmp_path, args: list[str], words: str) -> None:

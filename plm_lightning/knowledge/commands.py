@@ -305,7 +305,7 @@ def run_neurons(argv: list[str]) -> None:
         queries, _ = probe_queries(lm, by_fact[fid])
         neurons = knowledge_neurons(lm, queries, args.steps, args.threshold, args.share)
         effects = neuron_effects(lm, queries, neurons, args.random_sets)
-        results.append({"fact_id": fid, "neurons": sorted(neurons), **effects})
+        results.append({"fact_id": fid, **effects, "neurons": sorted(neurons)})
     found = [r for r in results if r["neurons"]]
     keys = ("suppress", "amplify", "random_suppress", "random_amplify")
     summary = {"facts": len(results), "facts_with_neurons": len(found),
