@@ -9,14 +9,8 @@ import sys
 from pathlib import Path
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.commands import (  # noqa: F401 - dispatched by name from cli.main
-    run_causal_trace,
-    run_edit,
-    run_neurons,
-    run_probe,
-    run_trace_facts,
-    run_world,
-)
+from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
+from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401
 
 
 class _Parser(argparse.ArgumentParser):
