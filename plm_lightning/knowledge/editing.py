@@ -207,7 +207,6 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
     index = torch.arange(len(rows), device=lm.device)
     delta = torch.zeros(lm.backbone.cfg.hidden_size, device=lm.device, requires_grad=True)
     original: list[Tensor] = []
-    history: list[float] = []
 
     def shift(_m: nn.Module, _i: tuple, out: Tensor) -> Tensor:
         if not original:
@@ -240,7 +239,6 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
             kl = nn.functional.kl_div(reference, kl_logp, log_target=True, reduction="sum")  # KL(edited || original)
             # ROME's code: weight_decay * ||delta|| / ||v||^2 (the norm of delta, not its square, over the squared norm)
             loss = nll + config.kl_factor * kl + config.weight_decay * delta.norm() / scale ** 2
-            history.append(nll.item())
             if nll.item() < config.stop_loss:
                 break
             optimizer.zero_grad()
@@ -252,7 +250,6 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
                     delta.mul_(limit / delta.norm())
     finally:
         hook.remove()
-    optimise_shift.history = history  # type: ignore[attr-defined] - the last call's NLL per step, for inspection
     return delta.detach(), original[0]
 
 

@@ -104,11 +104,11 @@ def knowledge_neurons(lm: LanguageModel, queries: Sequence[Query], steps: int = 
 @torch.no_grad()
 def answer_probability_with(lm: LanguageModel, queries: Sequence[Query], neurons: set[Neuron], factor: float) -> Tensor:
     """P(answer) of each query with ``neurons``' activations at the answer position multiplied by ``factor``."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, index in neurons:
+        by_layer.setdefault(layer, []).append(index)
     out = []
     for query in queries:
-        by_layer: dict[int, list[int]] = {}
-        for layer, index in neurons:
-            by_layer.setdefault(layer, []).append(index)
         ids = torch.tensor([query.ids], device=lm.device)
         positions = torch.tensor([query.position], device=lm.device)
         with ExitStack() as stack:
