@@ -43,7 +43,7 @@ from plm_lightning.finetune import (
     TokenClassifier,
     WordTagger,
 )
-from plm_lightning.knowledge import MEMIT, ROME, LanguageModel, build_world
+from plm_lightning.knowledge import MEMIT, MEND, ROME, LanguageModel, build_world
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
@@ -67,7 +67,7 @@ __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "DistilBERT", "ELECTRA", "ELMo",
     "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
-    "LanguageModel", "MASSDataModule", "MEMIT", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
+    "LanguageModel", "MASSDataModule", "MEMIT", "MEND", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
     "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS",
     "ParallelDataModule", "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "QADataModule", "ROME",
     "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule",

@@ -55,6 +55,8 @@ def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
     (["edit", "{ckpt}", "--world", "{world}", "--layers", "7"], "layer 7 is out of range"),
     (["edit", "{ckpt}", "--world", "{world}", "--count", "0"], "empty"),
     (["edit", "{ckpt}", "--requests", "{bad}", "--corpus", "{world}"], "not in the prompt"),
+    (["edit", "{ckpt}", "--requests", "{bad}", "--editor", "mend"], "needs a trained editor"),
+    (["edit", "{ckpt}", "--requests", "{bad}", "--editor", "mend", "--mend-net", "{missing}"], "no such editor file"),
     (["probe", "{ckpt}", "--probes", "{missing}"], "no such file"),
     (["probe", "no/such.ckpt", "--world", "world"], "no such checkpoint"),
     (["trace-facts", "{ckpt}", "--world", "{world}", "--methods", "bm26"], "use some of"),

@@ -39,16 +39,37 @@ def build_editor(name: str, texts: list[str], layers: list[int] | None, args: ar
         from plm_lightning.knowledge.neurons import KnowledgeNeuronEditor
 
         return KnowledgeNeuronEditor(args.kn_strength)
-    raise ConfigError(f"edit: --editor {name!r} is not one of rome, memit, ft, kn")
+    raise ConfigError(f"edit: --editor {name!r} is not one of rome, memit, ft, kn, mend")
+
+
+def _mend_editor(lm, args: argparse.Namespace, world, cases: list[dict], layers: list[int] | None):  # noqa: ANN001, ANN202
+    """A trained MEND editor: loaded from --mend-net, or trained on the world's requests for every fact not being
+    edited, then saved to --mend-save when given."""
+    from plm_lightning.knowledge.mend import MEND, TrainConfig, training_requests
+
+    if args.mend_net:
+        return MEND.load(args.mend_net, lm)
+    if world is None:
+        raise ConfigError("edit: --editor mend needs a trained editor (--mend-net FILE) or --world to train one on")
+    train = training_requests(world, {c["fact_id"] for c in cases})
+    if not train:
+        raise ConfigError("edit: MEND has no requests left to train on (every fact of the world is being edited)")
+    editor, history = MEND.train(lm, train, world.texts(), layers, TrainConfig(steps=args.mend_steps, seed=args.seed))
+    print(f"MEND trained on {len(train)} requests for {args.mend_steps} steps: edit loss "
+          f"{history[0]['edit_loss']:.3f} -> {history[-1]['edit_loss']:.3f}, locality KL "
+          f"{history[0]['locality_kl']:.3f} -> {history[-1]['locality_kl']:.3f}")
+    if args.mend_save:
+        editor.save(args.mend_save)
+    return editor
 
 
 def run_edit(argv: list[str]) -> None:
     parser = _Parser(prog="plm_lightning edit",
-                     description="Edit facts in a causal LM (ROME, MEMIT, constrained fine-tuning) and score the edit "
-                                 "CounterFact-style.")
+                     description="Edit facts in a causal LM (ROME, MEMIT, constrained fine-tuning, knowledge "
+                                 "neurons, MEND) and score the edit CounterFact-style.")
     parser.add_argument("checkpoint", help="a CausalLM checkpoint of ours or a transformers directory")
-    parser.add_argument("--editor", default="rome", choices=["rome", "memit", "ft", "kn"],
-                        help="ROME, MEMIT, constrained fine-tuning or knowledge-neuron editing")
+    parser.add_argument("--editor", default="rome", choices=["rome", "memit", "ft", "kn", "mend"],
+                        help="ROME, MEMIT, constrained fine-tuning, knowledge-neuron editing or MEND")
     parser.add_argument("--world", default=None, help="take requests and unrelated facts from this world spec")
     parser.add_argument("--requests", default=None, help="a CounterFact-style JSON list (or JSONL) of edit requests")
     parser.add_argument("--corpus", default=None, help="text for the key statistics E[kk^T] (default: the world's)")
@@ -67,6 +88,9 @@ def run_edit(argv: list[str]) -> None:
     parser.add_argument("--delta", type=float, default=5e-3, help="constrained fine-tuning: the l-inf radius")
     parser.add_argument("--steps", type=int, default=50, help="constrained fine-tuning: optimisation steps")
     parser.add_argument("--kn-strength", type=float, default=1.0, help="knowledge-neuron editing: lambda")
+    parser.add_argument("--mend-net", default=None, help="MEND: a trained editor file (default: train one on --world)")
+    parser.add_argument("--mend-steps", type=int, default=600, help="MEND: training steps (4 edits each)")
+    parser.add_argument("--mend-save", default=None, help="MEND: write the trained editor to this file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="write the edited model (the largest batch) to this checkpoint")
     parser.add_argument("--json", action="store_true")
@@ -78,7 +102,7 @@ def run_edit(argv: list[str]) -> None:
     if (args.world is None) == (args.requests is None):
         raise ConfigError("edit: give exactly one of --world SPEC or --requests FILE")
     lm = LanguageModel.load(args.checkpoint)
-    unrelated, texts = None, None
+    unrelated, texts, world = None, None, None
     if args.world:
         from plm_lightning.knowledge.world import world_from_spec
 
@@ -105,7 +129,10 @@ def run_edit(argv: list[str]) -> None:
     layers = _layers(args.layers)
     if layers is None and args.world and args.editor in ("rome", "memit", "ft"):
         layers = _auto_layers(lm, world, args.editor)
-    editor = build_editor(args.editor, texts or [], layers, args)
+    if args.editor == "mend":
+        editor = _mend_editor(lm, args, world, cases, layers)
+    else:
+        editor = build_editor(args.editor, texts or [], layers, args)
     sizes = sorted({min(int(n), len(cases)) for n in args.curve.split(",")}) if args.curve else [len(cases)]
     if not cases or not sizes or min(sizes) < 1:
         raise ConfigError("edit: the batch of edit requests is empty")

@@ -160,11 +160,13 @@ def mlp_keys(lm: LanguageModel, layer: int, queries: Sequence[Query]) -> Tensor:
     return captured[0][torch.arange(len(queries)), _last_subject(queries).to(lm.device)]
 
 
-def answer_log_probs(lm: LanguageModel, queries: Sequence[Query], answer_ids: Sequence[int]) -> Tensor:
-    """log P(answer | query) of each query (every answer token, teacher-forced) ``[N]``; differentiable."""
+def answer_log_probs(lm: LanguageModel, queries: Sequence[Query], answer_ids: Sequence[int],
+                     backbone: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+    """log P(answer | query) of each query (every answer token, teacher-forced) ``[N]``; differentiable. ``backbone``
+    maps (ids, mask) to the last hidden states (default: the model's own; editors pass one with edited weights)."""
     full = [Query(q.ids + tuple(answer_ids[:-1]), q.position, tuple(answer_ids), q.subject_span) for q in queries]
     ids, mask, positions = lm.batch(full)
-    hidden = lm.backbone(ids, mask).last_hidden_state
+    hidden = backbone(ids, mask) if backbone else lm.backbone(ids, mask).last_hidden_state
     steps = torch.arange(len(answer_ids), device=ids.device)
     at = hidden[torch.arange(len(full), device=ids.device)[:, None], positions[:, None] + steps[None]]
     logp = lm.logits(at).float().log_softmax(-1)
