@@ -10,6 +10,7 @@ from plm_lightning.data.mass import MASSCollator, MASSDataModule
 from plm_lightning.data.multilingual import MultilingualDataModule, MultilingualMLMCollator
 from plm_lightning.data.packing import PackedBlocks
 from plm_lightning.data.parallel import ParallelDataModule
+from plm_lightning.data.realm import REALMCollator, REALMDataModule
 from plm_lightning.data.recurrent import RecurrentLMDataModule
 from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
 from plm_lightning.data.seq2seq import (
@@ -30,6 +31,7 @@ __all__ = [
     "ERNIE2DataModule", "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
     "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
     "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "ParallelDataModule",
+    "REALMCollator", "REALMDataModule",
     "PermutationLMCollator", "PermutationLMDataModule", "RecurrentLMDataModule", "SpanCorruptionCollator",
     "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator",
     "UniLMDataModule", "WordEmbeddingDataModule", "WordVocabulary", "embedded_corpus", "fake_language",

@@ -9,10 +9,11 @@ from plm_lightning.objectives.elmo import ELMo
 from plm_lightning.objectives.ernie2 import ERNIE2
 from plm_lightning.objectives.masked_lm import MaskedLM
 from plm_lightning.objectives.permutation_lm import PermutationLM
+from plm_lightning.objectives.realm import REALM
 from plm_lightning.objectives.seq2seq import Seq2SeqLM
 from plm_lightning.objectives.static_embeddings import FastText, GloVe, StaticEmbeddings, Word2Vec
 
 __all__ = [
     "CausalLM", "CoVe", "DistilBERT", "ELECTRA", "ELMo", "ERNIE2", "FastText", "GloVe", "MaskedLM", "PermutationLM",
-    "PretrainingModule", "Seq2SeqLM", "StaticEmbeddings", "Word2Vec",
+    "PretrainingModule", "REALM", "Seq2SeqLM", "StaticEmbeddings", "Word2Vec",
 ]

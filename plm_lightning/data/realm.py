@@ -1,0 +1,216 @@
+"""REALM's data (Guu et al. 2020, sec. 3-4): a knowledge corpus of text blocks to retrieve from, and pretraining
+queries - sentences of the same corpus with one salient span masked - each knowing the block it came from (REALM
+never retrieves a sentence's own block: "prohibiting trivial retrieval", sec. 3.4).
+
+* Blocks: each document's sentences packed greedily into blocks of at most ``block_len`` tokens (REALM: 288
+  wordpieces of Wikipedia), ``[CLS] block [SEP]`` for the document encoder.
+* Queries: ``[CLS] sentence [SEP]`` with one salient span (entity or date) masked
+  (:mod:`plm_lightning.data.corruption.salient_span`); sentences without one are skipped, as in REALM.
+* Inverse Cloze Task pairs for the retriever's warm start (Lee et al. 2019, ORQA sec. 3.3, REALM sec. 3.4): the
+  unmasked sentence and its block with the sentence removed (kept in 10% of pairs).
+* On the synthetic knowledge world (``data.source: world...``), each query also lists the *other* blocks that state
+  the same fact, so retrieval recall can be measured (``relevant``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from plm_lightning.data.collators import pad_rows, sample_keys
+from plm_lightning.data.corruption.counter_rng import uniforms
+from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sources import split_sentences
+from plm_lightning.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RealmQuery:
+    """One pretraining sentence: token ids, each token's word, the salient word spans, its block and where the
+    sentence sits in the block's tokens, the other blocks stating its fact (world data only)."""
+
+    ids: np.ndarray
+    token_words: np.ndarray
+    spans: tuple[tuple[int, int], ...]
+    block: int
+    offsets: tuple[int, int]
+    relevant: tuple[int, ...] = ()
+
+
+@dataclass
+class RealmCorpus:
+    blocks: list[np.ndarray]
+    queries: dict[str, list[RealmQuery]]
+
+
+def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int, val_fraction: float,  # noqa: ANN001
+                 seed: int, sentence_facts: list[list[int] | None] | None = None) -> RealmCorpus:
+    """Blocks and queries of ``documents``; ``sentence_facts`` (per document, the fact id of each sentence, or None)
+    fills each query's ``relevant`` blocks. Documents are split train/val by ``val_fraction`` (seeded); every block
+    stays retrievable."""
+    rng = np.random.default_rng(seed)
+    val_docs = set(rng.permutation(len(documents))[: int(round(val_fraction * len(documents)))].tolist())
+    blocks: list[list[int]] = []
+    pending: list[tuple[int, int, int, int, list, list, list]] = []  # doc, sentence, block, start, ids, words, spans
+    for d, text in enumerate(documents):
+        sentences = split_sentences(text)
+        if not sentences:
+            continue
+        encoded = tokenizer.encode_batch_with_words(sentences)
+        current: list[int] = []
+        for s, (ids, token_words, words) in enumerate(encoded):
+            ids = ids[: block_len - 2]
+            if current and len(current) + len(ids) > block_len - 2:
+                blocks.append(current)
+                current = []
+            start = len(current)
+            current.extend(ids)
+            keep = min(len(ids), query_len - 2)
+            tw = np.asarray(token_words[:keep], dtype=np.int64)
+            spans = [sp for sp in salient_spans(words) if ((tw >= sp[0]) & (tw < sp[1])).any()]
+            pending.append((d, s, len(blocks), start, ids, tw, spans))
+        blocks.append(current)
+    fact_blocks: dict[int, set[int]] = {}
+    if sentence_facts is not None:
+        for d, s, b, *_ in pending:
+            facts = sentence_facts[d] if d < len(sentence_facts) else None
+            if facts is not None and s < len(facts):
+                fact_blocks.setdefault(facts[s], set()).add(b)
+    queries: dict[str, list[RealmQuery]] = {"train": [], "val": []}
+    for d, s, b, start, ids, tw, spans in pending:
+        if not spans:
+            continue
+        relevant: tuple[int, ...] = ()
+        if sentence_facts is not None and d < len(sentence_facts) and sentence_facts[d] is not None \
+                and s < len(sentence_facts[d]):
+            relevant = tuple(sorted(fact_blocks[sentence_facts[d][s]] - {b}))
+        query = RealmQuery(np.asarray(ids[: len(tw)], dtype=np.int64), tw, tuple(spans), b,
+                           (start, start + len(ids)), relevant)
+        queries["val" if d in val_docs else "train"].append(query)
+    return RealmCorpus([np.asarray(b, dtype=np.int64) for b in blocks], queries)
+
+
+def world_sentence_facts(source: str, count: int) -> list[list[int] | None]:
+    """The fact of each sentence of the world's first ``count`` documents (None for documents whose sentences do not
+    match their facts one to one, such as alias definitions)."""
+    from plm_lightning.knowledge.world import world_from_spec
+
+    out: list[list[int] | None] = []
+    for doc in world_from_spec(source).documents[:count]:
+        facts = list(doc.fact_ids)
+        out.append(facts if facts and len(split_sentences(doc.text)) == len(facts) else None)
+    return out
+
+
+class RealmQueries(Dataset):
+    def __init__(self, queries: list[RealmQuery]) -> None:
+        self.queries = queries
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
+        key = key if isinstance(key, tuple) else (0, key)
+        return {"epoch": key[0], "index": key[1], "query": self.queries[key[1]]}
+
+
+class REALMCollator:
+    """Masks one salient span per query (seeded per sample) and builds the ICT pairs from the blocks."""
+
+    def __init__(self, blocks: list[np.ndarray], cls_id: int, sep_id: int, mask_id: int, pad_id: int, seed: int,
+                 ict_keep_prob: float = 0.1) -> None:
+        self.blocks, self.cls, self.sep, self.mask, self.pad = blocks, cls_id, sep_id, mask_id, pad_id
+        self.seed, self.ict_keep_prob = seed, ict_keep_prob
+
+    def _wrap(self, ids: np.ndarray) -> np.ndarray:
+        return np.concatenate([[self.cls], ids, [self.sep]]).astype(np.int64)
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        keys = sample_keys(self.seed, samples)
+        inputs, labels, ict_queries, contexts = [], [], [], []
+        for sample, key in zip(samples, keys):
+            q: RealmQuery = sample["query"]
+            masked, label, _ = mask_salient_span(q.ids, q.token_words, q.spans, key, self.mask)
+            inputs.append(self._wrap(masked))
+            labels.append(np.concatenate([[-100], label, [-100]]))
+            ict_queries.append(self._wrap(q.ids))
+            block = self.blocks[q.block]
+            keep = uniforms(np.uint64(key), 1, 12)[0, 0] < self.ict_keep_prob
+            context = block if keep else np.concatenate([block[: q.offsets[0]], block[q.offsets[1]:]])
+            contexts.append(self._wrap(context))
+        width = max(1, max(len(s["query"].relevant) for s in samples))
+        relevant = torch.full((len(samples), width), -1, dtype=torch.long)
+        for i, s in enumerate(samples):
+            relevant[i, : len(s["query"].relevant)] = torch.tensor(s["query"].relevant, dtype=torch.long)
+        ids = pad_rows(inputs, self.pad)
+        ict_ids, ctx_ids = pad_rows(ict_queries, self.pad), pad_rows(contexts, self.pad)
+        lengths = lambda rows, width: torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]  # noqa: E731
+        return {"input_ids": ids, "attention_mask": lengths(inputs, ids.shape[1]).long(),
+                "labels": pad_rows(labels, -100), "block_ids": torch.tensor([s["query"].block for s in samples]),
+                "relevant_blocks": relevant,
+                "ict_query_ids": ict_ids, "ict_query_mask": lengths(ict_queries, ict_ids.shape[1]).long(),
+                "ict_context_ids": ctx_ids, "ict_context_mask": lengths(contexts, ctx_ids.shape[1]).long()}
+
+
+class REALMDataModule(TextDataModule):
+    """Queries (salient-span masked sentences, ``seq_len`` tokens at most) and the knowledge corpus the model
+    retrieves from (``knowledge_blocks``)."""
+
+    required_special_tokens = ("pad", "cls", "sep", "mask")
+
+    def __init__(self, *args: Any, block_len: int = 288, ict_keep_prob: float = 0.1, **kwargs: Any) -> None:
+        """
+        Args:
+            block_len: Tokens per knowledge block, [CLS] and [SEP] included (REALM: 288).
+            ict_keep_prob: Inverse Cloze Task: share of pairs whose context still holds the query sentence (ORQA
+                and REALM: 0.1).
+        """
+        kwargs.setdefault("packing", "doc_sentences")
+        super().__init__(*args, **kwargs)
+        if block_len < 8:
+            raise ConfigError(f"data.block_len={block_len} is too short; use at least 8 tokens")
+        if not 0.0 <= ict_keep_prob <= 1.0:
+            raise ConfigError(f"data.ict_keep_prob={ict_keep_prob} must lie in [0, 1]")
+        self.block_len, self.ict_keep_prob = block_len, ict_keep_prob
+        self.corpus: RealmCorpus | None = None
+
+    def _load_blocks(self) -> None:
+        from plm_lightning.knowledge.world import is_world_spec
+
+        if self.corpus is not None:
+            return
+        documents = self.documents()[0]
+        facts = world_sentence_facts(self.source, len(documents)) if is_world_spec(self.source) else None
+        self.corpus = build_corpus(documents, self.tokenizer, self.block_len, self.seq_len, self.val_fraction,
+                                   self.seed, facts)
+        if not self.corpus.queries["train"]:
+            raise ConfigError(f"data.source '{self.source or 'embedded'}' has no sentence with a salient span (an "
+                              "entity or a date) to mask; REALM needs named entities or dates in its text")
+        self.blocks = {"train": self.corpus.queries["train"]}  # marks the data as loaded for TextDataModule.setup
+
+    @property
+    def knowledge_blocks(self) -> list[np.ndarray]:
+        """Token ids of every retrievable block (no special tokens), in block-id order."""
+        self._load_blocks()
+        return self.corpus.blocks
+
+    def collator(self) -> REALMCollator:
+        ids = self.tokenizer.ids
+        return REALMCollator(self.corpus.blocks, ids["cls"], ids["sep"], ids["mask"], ids["pad"], self.seed,
+                             self.ict_keep_prob)
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        self._load_blocks()
+        queries = self.corpus.queries[split]
+        if not queries:
+            return []
+        replicas, rank = self._replicas()
+        sampler = BlockSampler(len(queries), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
+                               drop_last=shuffle)
+        return self._resumable(RealmQueries(queries), sampler, shuffle)

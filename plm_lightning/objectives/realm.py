@@ -1,0 +1,264 @@
+"""REALM: Retrieval-Augmented Language Model pretraining (Guu et al. 2020).
+
+corruption: one salient span masked per sentence (data.REALMDataModule) | attention: bidirectional over
+``[CLS] x [SEP] z [SEP]`` | loss: the masked span, marginalised over retrieved documents.
+
+* Knowledge retriever (sec. 3.2, eq. 1): ``p(z | x) = softmax_z f(x, z)`` with ``f(x, z) = Embed_input(x)^T
+  Embed_doc(z)``, each embedding a projected ``[CLS]`` state of its own Transformer encoder.
+* Knowledge-augmented encoder (sec. 3.2): ``p(y | z, x) = prod_j p(y_j | z, x)`` from an MLM reader over the joined
+  ``[CLS] x [SEP] z_body [SEP]`` (document tokens have token type 1).
+* Marginal likelihood (eq. 2): ``p(y | x) = sum_{z in top-k} p(z | x) p(y | z, x)``; the loss is ``-log p(y | x)``, so
+  the retriever is trained through ``p(z | x)`` jointly with the reader (sec. 3.3: ``grad log p(y|x)`` rewards
+  documents with ``p(y|z,x) > p(y|x)``).
+* Search (sec. 3.3, "asynchronous MIPS refreshes"): every block's ``Embed_doc`` is precomputed into an index that is
+  refreshed every ``refresh_every`` steps (REALM: about every 500, by a parallel job; here synchronously); the top-k
+  are searched in the stale index, then re-embedded with the current weights so ``p(z|x)`` has gradients. Exact
+  inner-product search by default, FAISS (``IndexFlatIP``) with ``search: faiss``.
+* Null document (sec. 3.4): an empty block always joins the top-k, for spans that need no retrieval.
+* No trivial retrieval (sec. 3.4): the block a query sentence came from is never retrieved.
+* Retriever warm start (sec. 3.4): REALM pretrains the retriever with the Inverse Cloze Task (Lee et al. 2019) -
+  a sentence must retrieve its own block with the sentence removed, among the other blocks of the batch. With
+  ``ict_steps`` > 0, the first steps train the ICT loss and the reader on the null document only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.errors import ConfigError
+from plm_lightning.nn import Encoder, LMHead
+from plm_lightning.nn.flops import training_flops
+from plm_lightning.objectives.base import PretrainingModule
+
+SEARCHES = ("exact", "faiss")
+
+
+class REALM(PretrainingModule):
+    """Reader (``backbone`` + MLM head) and retriever (query and document encoders with projections)."""
+
+    required_special_tokens = ("pad", "cls", "sep", "mask")
+
+    def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
+                 null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
+                 **kwargs) -> None:  # noqa: ANN003
+        """
+        Args:
+            top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
+            retriever_dim: Size of the retrieval embeddings (REALM: 128).
+            refresh_every: Steps between rebuilds of the document index (REALM: ~500, asynchronously).
+            null_document: Add the empty document to every top-k.
+            ict_steps: Inverse Cloze Task warm-start steps for the retriever before retrieval starts (0: none).
+            search: exact (inner products with every block) or faiss (IndexFlatIP; pip install faiss-cpu).
+        """
+        if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
+            raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
+                              f"must be >= 1 and ict_steps={ict_steps} >= 0")
+        if search not in SEARCHES:
+            raise ConfigError(f"model.search={search!r} is not one of {', '.join(SEARCHES)}")
+        if search == "faiss":
+            try:
+                import faiss  # noqa: F401
+            except ImportError as err:
+                raise ConfigError("model.search=faiss needs the faiss package: pip install faiss-cpu (or use "
+                                  "search: exact)") from err
+        if ict_steps and not null_document:
+            raise ConfigError("model.ict_steps needs model.null_document=true: during the warm start the reader reads "
+                              "the null document only")
+        super().__init__(*args, **kwargs)
+        self.index: Tensor | None = None
+        self.index_step = -1
+        self._faiss = None
+        self.corpus_ids: Tensor | None = None
+        self.corpus_mask: Tensor | None = None
+
+    def build(self) -> None:
+        h, d = self.config.hidden_size, self.hparams.retriever_dim
+        self.backbone = Encoder(self.config)
+        self.lm_head = LMHead(self.config, transform=True, bias=True)
+        self.query_encoder = Encoder(self.config)
+        self.document_encoder = Encoder(self.config)
+        self.query_projection = nn.Linear(h, d)
+        self.document_projection = nn.Linear(h, d)
+
+    def stacks(self) -> list[nn.Module]:
+        return [self.backbone, self.query_encoder, self.document_encoder]
+
+    # -- the knowledge corpus and its index ---------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        blocks = getattr(datamodule, "knowledge_blocks", None)
+        if blocks is None:
+            raise ConfigError("REALM needs a knowledge corpus to retrieve from: use data.class_path: "
+                              "plm_lightning.data.REALMDataModule")
+        self.set_corpus(blocks)
+
+    def set_corpus(self, blocks: list[np.ndarray]) -> None:
+        """The retrievable blocks (token ids without special tokens); the index is rebuilt before the next search."""
+        cls, sep, pad = (self.tokenizer.ids[k] for k in ("cls", "sep", "pad"))
+        width = max(len(b) for b in blocks) + 2
+        ids = torch.full((len(blocks), width), pad, dtype=torch.long)
+        for i, b in enumerate(blocks):
+            ids[i, : len(b) + 2] = torch.as_tensor(np.concatenate([[cls], b, [sep]]))
+        lengths = torch.tensor([len(b) + 2 for b in blocks])
+        self.corpus_ids, self.corpus_mask = ids, (torch.arange(width)[None] < lengths[:, None]).long()
+        self.index, self.index_step, self._faiss = None, -1, None
+
+    def embed_queries(self, ids: Tensor, mask: Tensor) -> Tensor:
+        return self.query_projection(self.query_encoder(ids, mask).last_hidden_state[:, 0])
+
+    def embed_documents(self, ids: Tensor, mask: Tensor) -> Tensor:
+        return self.document_projection(self.document_encoder(ids, mask).last_hidden_state[:, 0])
+
+    @torch.no_grad()
+    def refresh_index(self, batch_size: int = 256) -> None:
+        """Embed every block with the current document encoder (in eval mode)."""
+        if self.corpus_ids is None:
+            raise ConfigError("REALM: no knowledge corpus; call set_corpus(blocks) or train with REALMDataModule")
+        was_training = self.document_encoder.training
+        self.document_encoder.eval()
+        try:
+            parts = [self.embed_documents(self.corpus_ids[i: i + batch_size].to(self.device),
+                                          self.corpus_mask[i: i + batch_size].to(self.device)).float()
+                     for i in range(0, len(self.corpus_ids), batch_size)]
+        finally:
+            self.document_encoder.train(was_training)
+        self.index = torch.cat(parts)
+        self.index_step = int(self.global_step) if self._trainer is not None else 0
+        self._faiss = None
+        if self.hparams.search == "faiss":
+            import faiss
+
+            self._faiss = faiss.IndexFlatIP(self.index.shape[1])
+            self._faiss.add(self.index.cpu().numpy())
+
+    def retrieve(self, queries: Tensor, k: int, exclude: Tensor | None = None) -> Tensor:
+        """Ids ``[B, k]`` of the k blocks with the largest inner product with each query embedding (the stale
+        index), never a row's ``exclude`` block."""
+        if self.index is None:
+            self.refresh_index()
+        k = min(k, len(self.index) - (exclude is not None))
+        if self._faiss is not None:
+            found = torch.from_numpy(self._faiss.search(queries.detach().float().cpu().numpy(), k + 1)[1])
+            if exclude is not None:  # drop the excluded block, keep the order of the rest
+                keep = found != exclude.cpu()[:, None]
+                found = found.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
+            return found[:, :k].to(queries.device)
+        scores = queries.detach().float() @ self.index.T
+        if exclude is not None:
+            scores.scatter_(1, exclude[:, None].to(scores.device), float("-inf"))
+        return scores.topk(k, dim=1).indices
+
+    def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        due = self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every
+        if due and self.global_step >= self.hparams.ict_steps:
+            self.refresh_index()
+
+    def on_validation_start(self) -> None:
+        self.refresh_index()
+
+    # -- the loss -----------------------------------------------------------------------------------------------
+    def _join(self, ids: Tensor, mask: Tensor, docs: Tensor, doc_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``[CLS] x [SEP] z_body [SEP]`` for every (query, document) pair ``[B, Z, L]``, without padding between the
+        parts: ids, attention mask, token types (1 on the document)."""
+        b, z = docs.shape[:2]
+        lq, body = mask.sum(1), docs[..., 1:]
+        ld = (doc_mask.sum(-1) - 1).clamp_min(0)
+        width = ids.shape[1] + body.shape[-1]
+        source = torch.cat([ids[:, None].expand(b, z, -1), body], -1)
+        pos = torch.arange(width, device=ids.device)[None, None]
+        in_query = pos < lq[:, None, None]
+        index = torch.where(in_query, pos, (pos - lq[:, None, None] + ids.shape[1]).clamp(max=width - 1))
+        valid = pos < (lq[:, None] + ld)[..., None]
+        joined = torch.where(valid, source.gather(2, index.expand(b, z, -1)), self.tokenizer.ids["pad"])
+        return joined, valid.long(), (valid & ~in_query).long()
+
+    def ict_loss(self, batch: dict[str, Tensor]) -> Tensor:
+        """Inverse Cloze Task (Lee et al. 2019, eq. 2): each sentence against every context of the batch."""
+        q = self.embed_queries(batch["ict_query_ids"], batch["ict_query_mask"])
+        c = self.embed_documents(batch["ict_context_ids"], batch["ict_context_mask"])
+        return F.cross_entropy((q @ c.T).float(), torch.arange(len(q), device=q.device))
+
+    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        b = ids.shape[0]
+        out: dict[str, Tensor] = {}
+        warm = self.training and self.global_step < self.hparams.ict_steps
+        q = self.embed_queries(ids, mask)
+        pad = self.tokenizer.ids["pad"]
+        docs = torch.full((b, 0, 2), pad, dtype=torch.long, device=ids.device)
+        doc_mask, scores = torch.zeros_like(docs), q.new_zeros(b, 0)
+        if warm:
+            out["ict_loss"] = self.ict_loss(batch)
+        else:
+            top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
+            docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
+            width = int(doc_mask.sum(-1).max())
+            docs, doc_mask = docs[..., :width], doc_mask[..., :width]
+            embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
+            scores = torch.einsum("bd,bkd->bk", q, embedded)
+            self._log_retrieval(out, top, batch.get("relevant_blocks"))
+        if self.hparams.null_document:
+            empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
+            null = self.embed_documents(empty, torch.ones_like(empty))
+            scores = torch.cat([scores, q @ null.T], 1)
+            null_doc = torch.full((b, 1, docs.shape[-1]), pad, dtype=torch.long, device=ids.device)
+            null_doc[:, 0, :2] = empty
+            null_mask = torch.zeros_like(null_doc)
+            null_mask[:, 0, :2] = 1
+            docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
+        log_pz = scores.float().log_softmax(-1)  # [B, Z]
+        z = log_pz.shape[1]
+        joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
+        width = joined.shape[-1]
+        hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1), types.flatten(0, 1)).last_hidden_state
+        chosen = labels != IGNORE_INDEX  # [B, Lq]; the span sits inside x, at the same positions in every pair
+        positions = F.pad(chosen, (0, width - chosen.shape[1]))[:, None].expand(b, z, width)
+        logits = self.lm_head(hidden, positions.flatten(0, 1)).float()  # [(b, z, j) entries, V]
+        rank = (chosen.cumsum(1) - 1)[:, None].expand(b, z, -1)
+        rank = F.pad(rank, (0, width - rank.shape[-1]))
+        bi, zi, ji = positions.nonzero(as_tuple=True)
+        ri = rank[bi, zi, ji]
+        m = max(1, int(chosen.sum(1).max()))
+        targets = labels[bi, ji]
+        token_logp = logits.log_softmax(-1).gather(1, targets[:, None])[:, 0]
+        per_token = log_pz.new_zeros(b, z, m).index_put((bi, zi, ri), token_logp)  # log p(y_j | z, x)
+        marginal = torch.logsumexp(log_pz + per_token.sum(-1), -1)  # log p(y | x), eq. 2
+        out["loss"] = -marginal.mean()
+        # per token: log sum_z p(z|x) p(y_j|z,x), and the argmax of the mixture (the reported LM loss and accuracy)
+        valid = torch.arange(m, device=ids.device)[None] < chosen.sum(1)[:, None]
+        token_marginal = torch.logsumexp(log_pz[..., None] + per_token, 1)[valid]
+        mixture = log_pz.new_zeros(b, m, logits.shape[-1]).index_put(
+            (bi, ri), log_pz[bi, zi, None].exp() * logits.softmax(-1), accumulate=True)
+        out.update({"lm_loss": -token_marginal.mean(), "lm_targets": labels[chosen],
+                    "lm_predictions": mixture[valid].argmax(-1), "lm_token_losses": -token_marginal.detach()})
+        if self.hparams.null_document:
+            out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
+        if warm:
+            out["loss"] = out["loss"] + out["ict_loss"]
+        self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
+        return out
+
+    def _log_retrieval(self, out: dict[str, Tensor], top: Tensor, relevant: Tensor | None) -> None:
+        """Recall of the top-k: the share of queries (that have any) with a relevant block retrieved."""
+        if relevant is None:
+            return
+        has = (relevant >= 0).any(1)
+        if has.any():
+            hit = (top[:, :, None] == relevant[:, None, :]).any(-1).any(-1)
+            out["retrieval_recall"] = hit[has].float().mean()
+
+    def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
+        """Reader over B x Z joined pairs, query encoder over B queries, document encoder over B x k blocks (the
+        index refresh every ``refresh_every`` steps is not counted)."""
+        b, z, width, lq, ld = getattr(self, "_shapes", (1, 1, 1, 1, 1))
+        cfg = self.config
+        self.flops_per_batch = (training_flops(cfg, b * z, width, loss_tokens * z, backward=backward)
+                                + training_flops(cfg, b, lq, 0, head_transform=False, backward=backward)
+                                + training_flops(cfg, b * z, ld, 0, head_transform=False, backward=backward))

@@ -1,0 +1,193 @@
+"""REALM: salient span masking (property tests), the knowledge corpus and its queries, the marginal likelihood
+against a brute-force sum over documents, retrieval (own block excluded, FAISS = exact), gradients reaching the
+retriever, and the recipe end to end."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
+from plm_lightning.errors import ConfigError
+from tests.conftest import ROOT, run_cli
+
+
+def test_salient_spans_are_entities_and_dates() -> None:
+    words = "Arvo Kessel was born in Tamberg on 4 July 1969 , and The band played".split()
+    assert salient_spans(words) == [(0, 2), (5, 6), (7, 10), (12, 13)]
+    assert salient_spans("The cat sat on the mat .".split()) == []  # sentence case is not an entity
+    assert salient_spans("It may rain in May 2020 .".split()) == [(4, 6)]  # "may" alone is not a date
+
+
+@st.composite
+def sentences(draw):  # noqa: ANN001, ANN201
+    n_words = draw(st.integers(1, 12))
+    token_words = np.repeat(np.arange(n_words), draw(st.lists(st.integers(1, 3), min_size=n_words, max_size=n_words)))
+    ids = np.asarray(draw(st.lists(st.integers(5, 99), min_size=len(token_words), max_size=len(token_words))))
+    starts = sorted(set(draw(st.lists(st.integers(0, n_words), min_size=2, max_size=6))))
+    spans = [(a, b) for a, b in zip(starts, starts[1:])]
+    return ids, token_words, spans
+
+
+@settings(max_examples=200, deadline=None)
+@given(sentences(), st.integers(0, 2**63 - 1))
+def test_salient_span_masking_masks_exactly_one_whole_span(sample, key: int) -> None:
+    ids, token_words, spans = sample
+    if not spans:
+        with pytest.raises(ValueError):
+            mask_salient_span(ids, token_words, spans, np.uint64(key), 1)
+        return
+    masked, labels, (start, end) = mask_salient_span(ids, token_words, spans, np.uint64(key), mask_id=1)
+    assert (start, end) in spans
+    inside = (token_words >= start) & (token_words < end)
+    assert (masked[inside] == 1).all() and (masked[~inside] == ids[~inside]).all()
+    assert (labels[inside] == ids[inside]).all() and (labels[~inside] == -100).all()
+    again = mask_salient_span(ids, token_words, spans, np.uint64(key), mask_id=1)  # a pure function of the key
+    assert (again[0] == masked).all() and again[2] == (start, end)
+
+
+@pytest.fixture(scope="module")
+def world_data(tmp_path_factory):
+    from plm_lightning.data.realm import REALMDataModule
+
+    dm = REALMDataModule(source="world:seed=0,subjects=12", tokenizer="wordpiece", tokenizer_vocab_size=512,
+                         seq_len=32, block_len=48, batch_size=6, val_fraction=0.1,
+                         cache_dir=str(tmp_path_factory.mktemp("cache")))
+    dm.setup("fit")
+    return dm
+
+
+def test_queries_know_their_block_and_the_blocks_that_state_their_fact(world_data) -> None:
+    corpus = world_data.corpus
+    assert corpus.queries["train"] and corpus.queries["val"]
+    for q in corpus.queries["train"][:50]:
+        block = corpus.blocks[q.block]
+        assert (block[q.offsets[0]: q.offsets[1]][: len(q.ids)] == q.ids).all()  # the sentence sits in its block
+        assert q.block not in q.relevant
+    with_relevant = [q for q in corpus.queries["train"] if q.relevant]
+    assert len(with_relevant) > 0.9 * len(corpus.queries["train"])  # every fact is stated in >= 2 documents
+    batch = next(iter(world_data.train_dataloader()))
+    masked = batch["labels"] != -100
+    assert masked.any(1).all()  # one salient span per query
+    assert (batch["input_ids"][masked] == world_data.tokenizer.ids["mask"]).all()
+    # ICT: the context is the block without the sentence (kept in 10% of pairs)
+    assert batch["ict_context_mask"].sum(1).le(torch.tensor([len(corpus.blocks[int(b)]) + 2 for b in batch["block_ids"]])).all()
+
+
+@pytest.fixture(scope="module")
+def model(world_data):
+    from plm_lightning.objectives import REALM
+
+    torch.manual_seed(0)
+    m = REALM(backbone="tiny", backbone_overrides={"hidden_size": 32, "num_layers": 2, "num_heads": 2,
+                                                    "intermediate_size": 64, "dropout": 0.0, "attention_dropout": 0.0},
+              vocab_size=world_data.tokenizer.vocab_size, top_k=4, retriever_dim=16)
+    m.tokenizer = world_data.tokenizer
+    m.set_corpus(world_data.knowledge_blocks)
+    return m
+
+
+def test_join_is_query_then_document_without_padding_between(model, world_data) -> None:
+    batch = next(iter(world_data.train_dataloader()))
+    ids, mask = batch["input_ids"][:2], batch["attention_mask"][:2]
+    pick = torch.tensor([[0, 1], [2, 3]])
+    docs, doc_mask = model.corpus_ids[pick], model.corpus_mask[pick]
+    joined, joined_mask, types = model._join(ids, mask, docs, doc_mask)
+    for b in range(2):
+        for z in range(2):
+            query = ids[b][mask[b].bool()].tolist()
+            body = docs[b, z][doc_mask[b, z].bool()].tolist()[1:]
+            assert joined[b, z][joined_mask[b, z].bool()].tolist() == query + body
+            assert types[b, z].sum() == len(body) and types[b, z, : len(query)].sum() == 0
+
+
+def test_marginal_likelihood_is_the_sum_over_retrieved_documents(model, world_data) -> None:
+    """-log sum_z p(z|x) p(y|z,x) with the reader run on each (x, z) pair separately (brute force)."""
+    model.eval()
+    batch = next(iter(world_data.train_dataloader()))
+    with torch.no_grad():
+        model.refresh_index()
+        out = model.compute_loss(batch)
+        q = model.embed_queries(batch["input_ids"], batch["attention_mask"])
+        top = model.retrieve(q, 4, batch["block_ids"])
+        assert not (top == batch["block_ids"][:, None]).any()  # never the query's own block
+        empty = torch.tensor([[world_data.tokenizer.ids["cls"], world_data.tokenizer.ids["sep"]]])
+        totals = []
+        for b in range(len(q)):
+            query = batch["input_ids"][b][batch["attention_mask"][b].bool()]
+            labels = batch["labels"][b][: len(query)]
+            docs = [model.corpus_ids[i][model.corpus_mask[i].bool()] for i in top[b]] + [empty[0]]
+            scores = torch.stack([q[b] @ model.embed_documents(d[None], torch.ones_like(d[None]))[0] for d in docs])
+            log_pz = scores.log_softmax(0)
+            log_py = []
+            for d in docs:
+                ids = torch.cat([query, d[1:]])[None]
+                types = torch.cat([torch.zeros(len(query)), torch.ones(len(d) - 1)]).long()[None]
+                hidden = model.backbone(ids, torch.ones_like(ids), types).last_hidden_state[0, : len(query)]
+                logp = model.lm_head(hidden).log_softmax(-1)
+                chosen = labels != -100
+                log_py.append(logp[chosen].gather(1, labels[chosen][:, None]).sum())
+            totals.append(torch.logsumexp(log_pz + torch.stack(log_py), 0))
+    assert out["loss"].item() == pytest.approx(-torch.stack(totals).mean().item(), rel=1e-4)
+    model.train()
+
+
+def test_faiss_search_matches_exact_search(model, world_data) -> None:
+    pytest.importorskip("faiss")
+    batch = next(iter(world_data.train_dataloader()))
+    with torch.no_grad():
+        model.refresh_index()
+        q = model.embed_queries(batch["input_ids"], batch["attention_mask"])
+        exact = model.retrieve(q, 4, batch["block_ids"])
+        model.hparams.search = "faiss"
+        try:
+            model.refresh_index()
+            found = model.retrieve(q, 4, batch["block_ids"])
+        finally:
+            model.hparams.search = "exact"
+            model.refresh_index()
+    # the same k best inner products (an untrained retriever has near ties, whose order may differ)
+    score = lambda ids: torch.einsum("bd,bkd->bk", q, model.index[ids])  # noqa: E731
+    assert torch.allclose(score(exact), score(found), atol=1e-4)
+    assert not (found == batch["block_ids"][:, None]).any()
+
+
+def test_the_retriever_learns_through_p_z_given_x(model, world_data) -> None:
+    batch = next(iter(world_data.train_dataloader()))
+    model.zero_grad()
+    model.compute_loss(batch)["loss"].backward()
+    for part in (model.query_encoder, model.document_encoder, model.backbone):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
+    model.zero_grad()
+
+
+def test_bad_realm_settings_fail_in_one_line() -> None:
+    from plm_lightning.objectives import REALM
+
+    with pytest.raises(ConfigError, match="search"):
+        REALM(search="annoy")
+    with pytest.raises(ConfigError, match="null_document"):
+        REALM(ict_steps=10, null_document=False)
+    with pytest.raises(ConfigError, match="top_k"):
+        REALM(top_k=0)
+
+
+@pytest.mark.slow
+def test_realm_recipe_trains_from_the_cli_and_resumes(tmp_path) -> None:
+    args = ["fit", "--config", str(ROOT / "configs" / "realm.yaml"), "--data.source", "world:seed=0,subjects=24",
+            "--model.ict_steps", "10", "--model.refresh_every", "10", "--trainer.val_check_interval", "20",
+            "--trainer.limit_val_batches", "2", "--trainer.log_every_n_steps", "5", "--data.batch_size", "16"]
+    res = run_cli([*args, "--trainer.max_steps", "30"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (metrics,) = (tmp_path / "runs").rglob("metrics.csv")
+    with open(metrics) as f:
+        rows = list(csv.DictReader(f))
+    assert [r for r in rows if r.get("train/ict_loss")] and [r for r in rows if r.get("train/retrieval_recall")]
+    assert [r for r in rows if r.get("val/retrieval_recall")]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    assert torch.load(ckpt, weights_only=True)["plm_lightning"]["objective"] == "REALM"
+    res = run_cli([*args, "--trainer.max_steps", "40", "--ckpt_path", str(ckpt)], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
