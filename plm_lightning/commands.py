@@ -88,6 +88,16 @@ def run_inspect(argv: list[str]) -> None:
         else:
             view(datamodule, objective, sys.stdout)
         return
+    from plm_lightning.data.realm import REALMDataModule
+
+    if isinstance(datamodule, REALMDataModule):  # retrieval-augmented: queries and a knowledge corpus
+        from plm_lightning.inspection.retrieval import realm_statistics, render_realm
+
+        if args.json:
+            print(json.dumps(realm_statistics(datamodule, objective, args.batches)))
+        else:
+            render_realm(datamodule, objective, sys.stdout)
+        return
     if args.json:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
     else:

@@ -49,3 +49,24 @@ def test_harmonic_mean_and_update_ranks() -> None:
     u, v = torch.randn(6), torch.randn(4)
     ranks = update_ranks({"one": torch.outer(u, v), "two": torch.randn(6, 4), "none": torch.zeros(6, 4)})
     assert ranks == {"one": 1, "two": 4}
+
+
+def test_classifier_and_mdl_probes_separate_a_readable_property_from_noise() -> None:
+    """Voita & Titov's setting in miniature: labels linearly readable from layer 1, not from layer 0 (noise)."""
+    import torch
+
+    from plm_lightning.knowledge.representations import classifier_probe, online_code_length
+
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 4, (200,), generator=gen)
+    noise = torch.randn(200, 16, generator=gen)
+    readable = noise.clone()
+    readable[:, :4] += 3 * torch.nn.functional.one_hot(labels, 4)
+    accuracy = classifier_probe(torch.stack([noise, readable]), labels.tolist())
+    assert accuracy[0] < 0.45 and accuracy[1] > 0.9
+    fractions = (0.05, 0.1, 0.25, 0.5, 1.0)
+    codes = [online_code_length(x, labels.tolist(), 4, fractions) for x in (noise, readable)]
+    assert all(c["uniform_bits"] == 200 * 2 for c in codes)  # log2(4) bits per label
+    assert codes[1]["compression"] > 2 * codes[0]["compression"] and codes[0]["compression"] < 1.2
+    tiny = online_code_length(readable[:5], labels[:5].tolist(), 4, (0.2, 1.0))  # blocks of one example: finite, no NaN
+    assert tiny["online_bits"] == tiny["online_bits"] and tiny["online_bits"] > 0

@@ -3,6 +3,7 @@ against a brute-force sum over documents, retrieval (own block excluded, FAISS =
 retriever, and the recipe end to end."""
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -191,3 +192,9 @@ def test_realm_recipe_trains_from_the_cli_and_resumes(tmp_path) -> None:
     assert torch.load(ckpt, weights_only=True)["plm_lightning"]["objective"] == "REALM"
     res = run_cli([*args, "--trainer.max_steps", "40", "--ckpt_path", str(ckpt)], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli(["inspect", "--config", str(ROOT / "configs" / "realm.yaml"), "--data.source", "world:seed=0,subjects=24",
+                   "--json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["corruption"] == "salient_span" and stats["mean_masked_tokens"] >= 1
+    assert stats["queries_with_relevant_blocks"] > 0.9

@@ -48,7 +48,7 @@ def _fit(x: Tensor, y: Tensor, classes: int, epochs: int = 200, lr: float = 0.05
     torch.manual_seed(seed)
     probe = nn.Linear(x.shape[1], classes)
     optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=1e-4)
-    mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
+    mean, std = x.mean(0), x.std(0, unbiased=False).clamp_min(1e-6)  # one example: std 0, not NaN
     z = (x - mean) / std
     for _ in range(epochs):
         loss = nn.functional.cross_entropy(probe(z), y)

@@ -18,7 +18,8 @@ corruption: one salient span masked per sentence (data.REALMDataModule) | attent
 * No trivial retrieval (sec. 3.4): the block a query sentence came from is never retrieved.
 * Retriever warm start (sec. 3.4): REALM pretrains the retriever with the Inverse Cloze Task (Lee et al. 2019) -
   a sentence must retrieve its own block with the sentence removed, among the other blocks of the batch. With
-  ``ict_steps`` > 0, the first steps train the ICT loss and the reader on the null document only.
+  ``ict_steps`` > 0, the first steps train the retriever on the ICT loss alone (the reader's loss on the null
+  document is reported, untrained), then retrieval starts from the warm retriever's index.
 """
 
 from __future__ import annotations
@@ -217,7 +218,9 @@ class REALM(PretrainingModule):
         z = log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
         width = joined.shape[-1]
-        hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1), types.flatten(0, 1)).last_hidden_state
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):  # the warm start trains the retriever only
+            hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1),
+                                   types.flatten(0, 1)).last_hidden_state
         chosen = labels != IGNORE_INDEX  # [B, Lq]; the span sits inside x, at the same positions in every pair
         positions = F.pad(chosen, (0, width - chosen.shape[1]))[:, None].expand(b, z, width)
         logits = self.lm_head(hidden, positions.flatten(0, 1)).float()  # [(b, z, j) entries, V]
@@ -240,8 +243,8 @@ class REALM(PretrainingModule):
                     "lm_predictions": mixture[valid].argmax(-1), "lm_token_losses": -token_marginal.detach()})
         if self.hparams.null_document:
             out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
-        if warm:
-            out["loss"] = out["loss"] + out["ict_loss"]
+        if warm:  # the reader's loss on the null document is reported, not trained
+            out["loss"] = out["ict_loss"] + 0.0 * out["loss"]
         self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
         return out
 
