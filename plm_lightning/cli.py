@@ -19,7 +19,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.objectives.base import PretrainingModule
 
 EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
-                  "edit")
+                  "edit", "sweep")
 
 
 def default_config_files() -> list[str]:
@@ -84,7 +84,12 @@ class PLMCLI(LightningCLI):
                 target[key] = value
 
     def before_fit(self) -> None:
-        """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version)."""
+        """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version); with
+        ``PLM_LIGHTNING_METRICS_FILE`` set (the sweep controller's trials), the metrics also go to that file."""
+        from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV, MetricsFile
+
+        if os.environ.get(METRICS_FILE_ENV):
+            self.trainer.callbacks.append(MetricsFile(os.environ[METRICS_FILE_ENV], self.trainer.log_every_n_steps))
         sub = self.config_init.subcommand
         if self.config_init[sub].get("ckpt_path") == "last":
             found = find_last_checkpoint(self.trainer)

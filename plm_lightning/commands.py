@@ -166,3 +166,32 @@ def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa
         else:
             print(f"{row['query']}\t" + (row["error"] if "error" in row else
                                           " ".join(f"{w}:{s:.3f}" for w, s in row["neighbours"])))
+
+
+def run_sweep(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning sweep",
+                     description="Run a W&B sweep spec with no W&B server: suggestions and hyperband from W&B's "
+                                 "open-source sweeps engine, each trial a subprocess; re-run to continue.")
+    parser.add_argument("spec", help="a W&B sweep YAML (sweeps/*.yaml)")
+    parser.add_argument("--count", type=int, required=True, help="trials in the whole sweep (earlier ones count)")
+    parser.add_argument("--parallel", type=int, default=1, help="trials at a time")
+    parser.add_argument("--dir", default=None, help="where the sweep's state, trials and results go "
+                                                    "(default: sweeps_runs/<spec name>)")
+    args = parser.parse_args(argv)
+    from plm_lightning.sweeping import SweepController, best_trial, load_spec, write_report
+
+    spec = load_spec(args.spec)
+    directory = Path(args.dir or Path("sweeps_runs") / Path(args.spec).stem)
+    controller = SweepController(spec, directory, args.parallel)
+    try:
+        trials = controller.run(args.count)
+    except KeyboardInterrupt:
+        print(f"sweep interrupted: state saved in {directory}; run the same command to continue", file=sys.stderr)
+        sys.exit(130)
+    files = write_report(trials, spec, directory)
+    metric, goal = spec["metric"]["name"], spec["metric"].get("goal", "minimize")
+    print(Path(files["markdown"]).read_text(encoding="utf-8"))
+    best = best_trial(trials, metric, goal)
+    if best is None:
+        raise ConfigError(f"sweep: no trial logged {metric}; see {directory}/trials/*/output.log")
+    print(f"results: {files['csv']}, {files['markdown']}, {files['plot']}")

@@ -1,6 +1,7 @@
-"""Lightning callbacks and plugins: throughput/MFU, atomic checkpoint writes."""
+"""Lightning callbacks and plugins: throughput/MFU, atomic checkpoint writes, a metrics file for sweeps."""
 
 from plm_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
+from plm_lightning.callbacks.metrics_file import MetricsFile
 from plm_lightning.callbacks.throughput import ThroughputMFU, measure_matmul_flops
 
-__all__ = ["AtomicCheckpointIO", "ThroughputMFU", "measure_matmul_flops"]
+__all__ = ["AtomicCheckpointIO", "MetricsFile", "ThroughputMFU", "measure_matmul_flops"]

@@ -18,8 +18,10 @@ corruption: one salient span masked per sentence (data.REALMDataModule) | attent
 * No trivial retrieval (sec. 3.4): the block a query sentence came from is never retrieved.
 * Retriever warm start (sec. 3.4): REALM pretrains the retriever with the Inverse Cloze Task (Lee et al. 2019) -
   a sentence must retrieve its own block with the sentence removed, among the other blocks of the batch. With
-  ``ict_steps`` > 0, the first steps train the retriever on the ICT loss alone (the reader's loss on the null
-  document is reported, untrained), then retrieval starts from the warm retriever's index.
+  ``ict_steps`` > 0, the first steps train the retriever on the ICT loss alone while the reader already learns from
+  what it retrieves (``p(z|x)`` detached): REALM starts its reader from a pretrained BERT; ours starts from scratch,
+  and a reader that cannot yet read documents would send the retriever only noise, which Adam turns into full-size
+  steps that erase the warm start (measured: recall@8 0.41 -> 0.09 in 50 steps).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class REALM(PretrainingModule):
             retriever_dim: Size of the retrieval embeddings (REALM: 128).
             refresh_every: Steps between rebuilds of the document index (REALM: ~500, asynchronously).
             null_document: Add the empty document to every top-k.
-            ict_steps: Inverse Cloze Task warm-start steps for the retriever before retrieval starts (0: none).
+            ict_steps: Inverse Cloze Task warm-start steps for the retriever (0: none); the reader trains on the
+                retrieved documents meanwhile, without gradients to the retriever.
             search: exact (inner products with every block) or faiss (IndexFlatIP; pip install faiss-cpu).
         """
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
@@ -157,8 +160,7 @@ class REALM(PretrainingModule):
         return scores.topk(k, dim=1).indices
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        due = self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every
-        if due and self.global_step >= self.hparams.ict_steps:
+        if self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every:
             self.refresh_index()
 
     def on_validation_start(self) -> None:
@@ -193,18 +195,15 @@ class REALM(PretrainingModule):
         warm = self.training and self.global_step < self.hparams.ict_steps
         q = self.embed_queries(ids, mask)
         pad = self.tokenizer.ids["pad"]
-        docs = torch.full((b, 0, 2), pad, dtype=torch.long, device=ids.device)
-        doc_mask, scores = torch.zeros_like(docs), q.new_zeros(b, 0)
         if warm:
             out["ict_loss"] = self.ict_loss(batch)
-        else:
-            top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
-            docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
-            width = int(doc_mask.sum(-1).max())
-            docs, doc_mask = docs[..., :width], doc_mask[..., :width]
-            embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
-            scores = torch.einsum("bd,bkd->bk", q, embedded)
-            self._log_retrieval(out, top, batch.get("relevant_blocks"))
+        top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
+        docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
+        width = int(doc_mask.sum(-1).max())
+        docs, doc_mask = docs[..., :width], doc_mask[..., :width]
+        embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
+        scores = torch.einsum("bd,bkd->bk", q, embedded)
+        self._log_retrieval(out, top, batch.get("relevant_blocks"))
         if self.hparams.null_document:
             empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
             null = self.embed_documents(empty, torch.ones_like(empty))
@@ -214,13 +213,13 @@ class REALM(PretrainingModule):
             null_mask = torch.zeros_like(null_doc)
             null_mask[:, 0, :2] = 1
             docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
+        if warm:  # the retriever learns from ICT alone; the reader learns to read what it retrieves
+            scores = scores.detach()
         log_pz = scores.float().log_softmax(-1)  # [B, Z]
         z = log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
         width = joined.shape[-1]
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):  # the warm start trains the retriever only
-            hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1),
-                                   types.flatten(0, 1)).last_hidden_state
+        hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1), types.flatten(0, 1)).last_hidden_state
         chosen = labels != IGNORE_INDEX  # [B, Lq]; the span sits inside x, at the same positions in every pair
         positions = F.pad(chosen, (0, width - chosen.shape[1]))[:, None].expand(b, z, width)
         logits = self.lm_head(hidden, positions.flatten(0, 1)).float()  # [(b, z, j) entries, V]
@@ -243,8 +242,8 @@ class REALM(PretrainingModule):
                     "lm_predictions": mixture[valid].argmax(-1), "lm_token_losses": -token_marginal.detach()})
         if self.hparams.null_document:
             out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
-        if warm:  # the reader's loss on the null document is reported, not trained
-            out["loss"] = out["ict_loss"] + 0.0 * out["loss"]
+        if warm:
+            out["loss"] = out["loss"] + out["ict_loss"]
         self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
         return out
 
