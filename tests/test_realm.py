@@ -188,6 +188,8 @@ def test_realm_recipe_trains_from_the_cli_and_resumes(tmp_path) -> None:
         rows = list(csv.DictReader(f))
     assert [r for r in rows if r.get("train/ict_loss")] and [r for r in rows if r.get("train/retrieval_recall")]
     assert [r for r in rows if r.get("val/retrieval_recall")]
+    lrs = [r for r in rows if r.get("lr-AdamW/pg3")][-1]  # the retriever's groups (3, 4) have their own rate
+    assert float(lrs["lr-AdamW/pg3"]) == pytest.approx(0.3 * float(lrs["lr-AdamW/pg1"]))
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
     assert torch.load(ckpt, weights_only=True)["plm_lightning"]["objective"] == "REALM"
     res = run_cli([*args, "--trainer.max_steps", "40", "--ckpt_path", str(ckpt)], cwd=tmp_path)

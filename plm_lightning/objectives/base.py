@@ -235,11 +235,11 @@ class PretrainingModule(L.LightningModule):
     # -- optimisation -------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        decay, no_decay = [], []
-        for p in self.parameters():
-            if p.requires_grad:
-                (decay if p.ndim >= 2 else no_decay).append(p)
-        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        groups = []
+        for params, lr in self.parameter_groups():
+            trainable = [p for p in params if p.requires_grad]
+            groups += [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": hp.weight_decay, "lr": lr},
+                       {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
         optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=tuple(hp.betas), eps=hp.adam_eps,
                                       fused=bool(hp.fused_optimizer and scale.fused_optimizer_fits(self.trainer)) or None)
         total = max(1, int(self.trainer.estimated_stepping_batches))
@@ -248,6 +248,10 @@ class PretrainingModule(L.LightningModule):
         schedule = lr_lambda(warmup, total, hp.lr_schedule, hp.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        """(parameters, peak learning rate) pairs; biases and norms of each are not decayed."""
+        return [(list(self.parameters()), self.hparams.learning_rate)]
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:

@@ -49,7 +49,7 @@ class REALM(PretrainingModule):
 
     def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
-                 **kwargs) -> None:  # noqa: ANN003
+                 retriever_learning_rate: float | None = None, **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -59,6 +59,10 @@ class REALM(PretrainingModule):
             ict_steps: Inverse Cloze Task warm-start steps for the retriever (0: none); the reader trains on the
                 retrieved documents meanwhile, without gradients to the retriever.
             search: exact (inner products with every block) or faiss (IndexFlatIP; pip install faiss-cpu).
+            retriever_learning_rate: Peak learning rate of the query and document encoders (null: learning_rate).
+                Adam moves every weight by about the learning rate whatever the gradient's size, and while the reader
+                cannot yet read documents the retriever's gradient is noise: a rate that suits a reader trained from
+                scratch erases the retriever's warm start (REALM trains everything at 3e-5 from BERT and ICT).
         """
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
@@ -92,6 +96,13 @@ class REALM(PretrainingModule):
 
     def stacks(self) -> list[nn.Module]:
         return [self.backbone, self.query_encoder, self.document_encoder]
+
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        retriever = [self.query_encoder, self.document_encoder, self.query_projection, self.document_projection]
+        ids = {id(p) for m in retriever for p in m.parameters()}
+        rate = self.hparams.retriever_learning_rate or self.hparams.learning_rate
+        return [([p for p in self.parameters() if id(p) not in ids], self.hparams.learning_rate),
+                ([p for p in self.parameters() if id(p) in ids], rate)]
 
     # -- the knowledge corpus and its index ---------------------------------------------------------------------
     def setup(self, stage: str) -> None:
