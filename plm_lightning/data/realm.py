@@ -19,13 +19,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import pad_rows, sample_keys
 from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.sampling import BlockSampler, ResumableDataLoader
+from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
 from plm_lightning.data.sources import split_sentences
 from plm_lightning.errors import ConfigError
 
@@ -108,16 +107,12 @@ def world_sentence_facts(source: str, count: int) -> list[list[int] | None]:
     return out
 
 
-class RealmQueries(Dataset):
-    def __init__(self, queries: list[RealmQuery]) -> None:
-        self.queries = queries
-
-    def __len__(self) -> int:
-        return len(self.queries)
+class RealmQueries(KeyedList):
+    """The queries, each with the (epoch, index) its collator seeds the masking from."""
 
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         key = key if isinstance(key, tuple) else (0, key)
-        return {"epoch": key[0], "index": key[1], "query": self.queries[key[1]]}
+        return {"epoch": key[0], "index": key[1], "query": self.items[key[1]]}
 
 
 class REALMCollator:
