@@ -24,7 +24,6 @@ from plm_lightning.objectives.schedules import lr_lambda
 CHECKPOINT_KEY = "plm_lightning"
 
 
-
 class PretrainingModule(L.LightningModule):
     """Base class: subclasses set ``required_special_tokens`` and implement ``build`` and ``compute_loss``."""
 

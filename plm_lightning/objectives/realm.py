@@ -247,8 +247,9 @@ class REALM(PretrainingModule):
         # per token: log sum_z p(z|x) p(y_j|z,x), and the argmax of the mixture (the reported LM loss and accuracy)
         valid = torch.arange(m, device=ids.device)[None] < chosen.sum(1)[:, None]
         token_marginal = torch.logsumexp(log_pz[..., None] + per_token, 1)[valid]
-        mixture = log_pz.new_zeros(b, m, logits.shape[-1]).index_put(
-            (bi, ri), log_pz[bi, zi, None].exp() * logits.softmax(-1), accumulate=True)
+        with torch.no_grad():
+            mixture = log_pz.new_zeros(b, m, logits.shape[-1]).index_put(
+                (bi, ri), log_pz[bi, zi, None].exp() * logits.softmax(-1), accumulate=True)
         out.update({"lm_loss": -token_marginal.mean(), "lm_targets": labels[chosen],
                     "lm_predictions": mixture[valid].argmax(-1), "lm_token_losses": -token_marginal.detach()})
         if self.hparams.null_document:
