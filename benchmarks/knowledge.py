@@ -69,7 +69,9 @@ def editing_table(lm: LanguageModel, world, layer: int) -> list[dict]:  # noqa: 
         table.append({"editor": name, "edits": len(cases), **{k: round(a[k], 3) for k in
                       ("efficacy", "paraphrase", "heldout_paraphrase", "neighborhood", "score", "fluency")},
                       "fluency_before": round(r["before"]["fluency"], 3),
-                      "p@1 other subjects": f"{r['p@1_before']['other_subjects']:.3f} -> {r['p@1_after']['other_subjects']:.3f}",
+                      "p@1 other subjects": (f"{r['p@1_before']['other_subjects']:.3f} -> "
+                                             f"{r['p@1_after']['other_subjects']:.3f}"
+                                             if "other_subjects" in r["p@1_before"] else None),  # 100 edits: none left
                       "p@1 same subject": (f"{r['p@1_before']['same_subject']:.3f} -> {r['p@1_after']['same_subject']:.3f}"
                                            if "same_subject" in r["p@1_before"] else None),
                       "changed": r["changed"], "seconds": round(time.perf_counter() - start, 1)})
