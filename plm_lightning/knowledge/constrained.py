@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs
+from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, edit_examples
 from plm_lightning.knowledge.lm import LanguageModel
 from plm_lightning.knowledge.rome import default_layer
 
@@ -51,7 +51,7 @@ class ConstrainedFinetune(Editor):
         frozen = [p for p in lm.module.parameters() if p.requires_grad and id(p) not in {id(q) for q in params.values()}]
         for p in frozen:
             p.requires_grad_(False)
-        examples = [(lm.query(r.text), list(lm.query(r.text, r.target_new).answer)) for r in requests]
+        examples = edit_examples(lm, requests)
         optimizer = torch.optim.Adam(params.values(), lr=self.learning_rate)
         loss_value = float("nan")
         try:

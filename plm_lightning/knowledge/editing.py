@@ -174,6 +174,11 @@ def answer_log_probs(lm: LanguageModel, queries: Sequence[Query], answer_ids: Se
     return logp.gather(2, target[None, :, None].expand(len(full), -1, 1))[..., 0].sum(1)
 
 
+def edit_examples(lm: LanguageModel, requests: Sequence[EditRequest]) -> list[tuple[Query, list[int]]]:
+    """Each request's prompt as a query and the token ids of its new answer (the pairs an edit loss is taken on)."""
+    return [(lm.query(r.text), list(lm.query(r.text, r.target_new).answer)) for r in requests]
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     """ROME's v* optimisation: its GPT-2 XL hyperparameters (Adam at lr 0.5, KL factor 0.0625, weight decay 0.5,

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, progress_bar
+from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, edit_examples, progress_bar
 from plm_lightning.knowledge.lm import LanguageModel, Query
 
 
@@ -137,10 +137,6 @@ def training_requests(world, exclude: set[int], rounds: int = 10) -> list[dict]:
             if r["fact_id"] not in exclude]
 
 
-def _edit_examples(lm: LanguageModel, requests: Sequence[EditRequest]) -> list[tuple[Query, list[int]]]:
-    return [(lm.query(r.text), list(lm.query(r.text, r.target_new).answer)) for r in requests]
-
-
 def gradient_factors(lm: LanguageModel, targets: Sequence[str], requests: Sequence[EditRequest]
                      ) -> dict[str, tuple[Tensor, Tensor]]:
     """Each target matrix's (inputs, output gradients) of ``-sum log P(target_new | prompt)`` over ``requests``, at
@@ -160,7 +156,7 @@ def gradient_factors(lm: LanguageModel, targets: Sequence[str], requests: Sequen
     handles = [modules[t].register_forward_hook(hook(t)) for t in targets]
     try:
         with torch.enable_grad():
-            loss = -sum(answer_log_probs(lm, [q], answer)[0] for q, answer in _edit_examples(lm, requests))
+            loss = -sum(answer_log_probs(lm, [q], answer)[0] for q, answer in edit_examples(lm, requests))
             flat = [p for t in targets for p in probes[t]]
             grads = iter(torch.autograd.grad(loss, flat))
     finally:
@@ -255,9 +251,9 @@ class MEND(Editor):
             raise ConfigError(f"MEND training: steps={config.steps} and edits_per_step={config.edits_per_step} "
                               "must be >= 1")
         network = MENDNetwork(lm, MENDConfig(default_targets(lm, layers), rank, edit_lr)).to(lm.device).train()
-        alpha = [network.alpha]
         optimizer = torch.optim.Adam([{"params": [p for p in network.parameters() if p is not network.alpha]},
-                                      {"params": alpha, "lr": config.alpha_learning_rate}], lr=config.learning_rate)
+                                      {"params": [network.alpha], "lr": config.alpha_learning_rate}],
+                                     lr=config.learning_rate)
         rng = random.Random(config.seed)
         frozen = [p for p in lm.module.parameters() if p.requires_grad]
         for p in frozen:

@@ -204,28 +204,28 @@ class REALM(PretrainingModule):
         b = ids.shape[0]
         out: dict[str, Tensor] = {}
         warm = self.training and self.global_step < self.hparams.ict_steps
-        q = self.embed_queries(ids, mask)
         pad = self.tokenizer.ids["pad"]
         if warm:
             out["ict_loss"] = self.ict_loss(batch)
-        top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
-        docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
-        width = int(doc_mask.sum(-1).max())
-        docs, doc_mask = docs[..., :width], doc_mask[..., :width]
-        embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
-        scores = torch.einsum("bd,bkd->bk", q, embedded)
+        # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):
+            q = self.embed_queries(ids, mask)
+            top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
+            docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
+            width = int(doc_mask.sum(-1).max())
+            docs, doc_mask = docs[..., :width], doc_mask[..., :width]
+            embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
+            scores = torch.einsum("bd,bkd->bk", q, embedded)
+            if self.hparams.null_document:
+                empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
+                scores = torch.cat([scores, q @ self.embed_documents(empty, torch.ones_like(empty)).T], 1)
         self._log_retrieval(out, top, batch.get("relevant_blocks"))
         if self.hparams.null_document:
-            empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
-            null = self.embed_documents(empty, torch.ones_like(empty))
-            scores = torch.cat([scores, q @ null.T], 1)
             null_doc = torch.full((b, 1, docs.shape[-1]), pad, dtype=torch.long, device=ids.device)
             null_doc[:, 0, :2] = empty
             null_mask = torch.zeros_like(null_doc)
             null_mask[:, 0, :2] = 1
             docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
-        if warm:  # the retriever learns from ICT alone; the reader learns to read what it retrieves
-            scores = scores.detach()
         log_pz = scores.float().log_softmax(-1)  # [B, Z]
         z = log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
