@@ -4,7 +4,7 @@ An objective = a corruption of the input (``plm_lightning.data.corruption``) + a
 (``plm_lightning.nn.masks``) + the positions that carry loss (``labels != -100``).
 """
 
-from plm_lightning.callbacks import AtomicCheckpointIO, ThroughputMFU
+from plm_lightning.callbacks import AtomicCheckpointIO, MetricsFile, ThroughputMFU, TrainingSamples
 from plm_lightning.data import (
     BARTDataModule,
     CausalLMCollator,
@@ -69,12 +69,12 @@ __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "DistilBERT", "ELECTRA", "ELMo",
     "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
-    "LanguageModel", "MASSDataModule", "MEMIT", "MEND", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig",
-    "MultilingualDataModule", "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS",
-    "ParallelDataModule", "PermutationLM", "PermutationLMDataModule", "PretrainingModule", "QADataModule", "REALM",
-    "REALMDataModule", "ROME",
-    "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule",
-    "SpanExtractor", "TaggingDataModule", "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer",
-    "ThroughputMFU", "TokenClassifier", "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule",
-    "WordTagger", "build_world", "embedded_corpus", "get_preset", "mask_tokens",
+    "LanguageModel", "MASSDataModule", "MEMIT", "MEND", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
+    "MaskingConfig", "MetricsFile", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule",
+    "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM", "PermutationLMDataModule",
+    "PretrainingModule", "QADataModule", "REALM", "REALMDataModule", "ROME", "RecurrentLMDataModule", "ScalarMix",
+    "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule",
+    "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer", "ThroughputMFU", "TokenClassifier",
+    "TrainingSamples", "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "WordTagger",
+    "build_world", "embedded_corpus", "get_preset", "mask_tokens",
 ]

@@ -58,16 +58,29 @@ def run_import(argv: list[str]) -> None:
 
 def run_inspect(argv: list[str]) -> None:
     parser = _Parser(prog="plm_lightning inspect", description="Show what a recipe's data pipeline does to text.")
-    parser.add_argument("--config", action="append", required=True, help="recipe YAML (repeatable)")
+    parser.add_argument("--config", action="append", help="recipe YAML (repeatable)")
     parser.add_argument("--batches", type=int, default=1, help="batches to measure")
     parser.add_argument("--json", action="store_true", help="print corruption statistics as one JSON object")
     parser.add_argument("--progress", type=float, default=0.0,
                         help="show the sample at this training progress, in epochs (staged recipes: ERNIE, ERNIE 2.0)")
+    parser.add_argument("--png", type=Path, default=None,
+                        help="draw the attention mask with the loss positions and the text to this PNG file")
+    parser.add_argument("--all-recipes", action="store_true", help="with --png: one grid of every recipe's mask")
+    parser.add_argument("--recipes", default=None, help="with --all-recipes: a comma-separated subset (e.g. bert,t5)")
+    parser.add_argument("--configs-dir", type=Path, default=Path("configs"), help="where --all-recipes finds recipes")
+    parser.add_argument("--width", type=int, default=None, help="tokens shown (text: 24, picture: 32)")
     args, rest = parser.parse_known_args(argv)
     if args.batches < 1:
         raise ConfigError(f"--batches={args.batches} must be >= 1")
     if args.progress < 0:
         raise ConfigError(f"--progress={args.progress} must be >= 0")
+    if args.width is not None and args.width < 2:
+        raise ConfigError(f"--width={args.width} must be >= 2")
+    if args.all_recipes or args.png:
+        _inspect_pictures(args, rest)
+        return
+    if not args.config:
+        raise ConfigError("plm_lightning inspect: give --config RECIPE.yaml (or --all-recipes --png OUT.png)")
     from plm_lightning.inspection import build_datamodule, corruption_statistics, render
 
     datamodule, objective = build_datamodule(args.config, rest)
@@ -101,7 +114,38 @@ def run_inspect(argv: list[str]) -> None:
     if args.json:
         print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
     else:
-        render(datamodule, objective, sys.stdout, progress=args.progress)
+        render(datamodule, objective, sys.stdout, width=args.width or 24, progress=args.progress)
+
+
+def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
+    """``inspect --png``: one recipe's picture, or with ``--all-recipes`` the grid of every recipe."""
+    from plm_lightning.inspection import picture
+
+    if args.png is None:
+        raise ConfigError("plm_lightning inspect: --all-recipes draws a grid: give --png OUT.png")
+    if args.png.suffix.lower() != ".png":
+        raise ConfigError(f"plm_lightning inspect: --png {args.png} must name a .png file")
+    if args.json:
+        raise ConfigError("plm_lightning inspect: --png and --json are separate views; give one")
+    args.png.parent.mkdir(parents=True, exist_ok=True)
+    width = args.width or 32
+    if args.all_recipes:
+        if args.config:
+            raise ConfigError("plm_lightning inspect: --all-recipes draws every recipe of --configs-dir; drop --config")
+        names = [n.strip() for n in args.recipes.split(",") if n.strip()] if args.recipes else None
+        drawn, skipped = picture.draw_all_recipes(picture.recipe_configs(args.configs_dir, names), args.png,
+                                                  overrides, width, log=lambda m: print(m, file=sys.stderr))
+        print(f"drew {len(drawn)} recipes to {args.png}" + (f" ({len(skipped)} without a mask: "
+                                                            f"{', '.join(skipped)})" if skipped else ""))
+        return
+    if not args.config:
+        raise ConfigError("plm_lightning inspect: --png draws a recipe: give --config RECIPE.yaml (or --all-recipes)")
+    from plm_lightning.inspection import build_datamodule
+
+    datamodule, objective = build_datamodule(args.config, overrides)
+    drawn = picture.objective_picture(datamodule, objective, width, args.progress, Path(args.config[-1]).stem)
+    picture.draw_picture(drawn, args.png)
+    print(f"drew {drawn.title}: {len(drawn.tokens)} tokens, {int(drawn.loss.sum())} carrying loss, to {args.png}")
 
 
 def run_predict(argv: list[str]) -> None:

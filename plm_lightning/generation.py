@@ -1,4 +1,4 @@
-"""Text generation for the causal (GPT-2) and encoder-decoder (T5) objectives: greedy, top-k / top-p sampling and
+"""Text generation for the causal (GPT-2, Transformer-XL) and encoder-decoder (T5) objectives: greedy, top-k / top-p sampling and
 beam search, with a key-value cache so each new token costs one position of work (``use_cache=False`` recomputes
 the whole prefix at every step, the reference the cache is tested against).
 
@@ -17,6 +17,7 @@ from torch import Tensor
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.attention import LayerCache
+from plm_lightning.nn.xl_stack import XLStack
 
 Strategy = Literal["greedy", "sample", "beam"]
 
@@ -66,6 +67,7 @@ class Decoding:
         self.encoder_out: Tensor | None = None
         self.encoder_mask: Tensor | None = None
         self.cache: list[LayerCache] | None = None
+        self.memory: list[Tensor] | None = None
 
     def _decoder(self) -> torch.nn.Module:
         backbone = self.model.backbone
@@ -83,6 +85,12 @@ class Decoding:
     def step(self, sequence: Tensor, new: int) -> Tensor:
         """Next-token logits ``[N, V]`` after ``sequence`` ``[N, T]``, of which the last ``new`` are not cached."""
         decoder = self._decoder()
+        if isinstance(decoder, XLStack):  # Transformer-XL: its segment memory (hidden states of every earlier token)
+            tokens = sequence[:, -new:] if self.use_cache else sequence  # is the cache (Dai et al. 2019, sec. 3.2)
+            out = decoder(tokens, memory=self.memory if self.use_cache else None,
+                          mem_len=sequence.shape[1] if self.use_cache else 0)
+            self.memory = out.memory
+            return self.model.lm_head(out.last_hidden_state[:, -1]).float()
         if self.use_cache and self.cache is None:
             self.cache = [LayerCache() for _ in decoder.blocks()]
         tokens = sequence[:, -new:] if self.use_cache else sequence
@@ -102,6 +110,8 @@ class Decoding:
             self.encoder_mask = self.encoder_mask.index_select(0, parents)
         for layer in self.cache or []:
             layer.reorder(parents)
+        if self.memory is not None:
+            self.memory = [m.index_select(0, parents) for m in self.memory]
 
 
 @torch.no_grad()

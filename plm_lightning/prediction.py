@@ -25,6 +25,13 @@ def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
     return load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
 
 
+def decoding_ids(model: torch.nn.Module, tok: Any) -> tuple[int | None, int | None]:
+    """A generator's (end-of-sequence id, decoder start id); the start id is None for a causal LM, else the token
+    its decoder starts from (T5: pad, BART: eos)."""
+    start = tok.ids.get(getattr(model, "decoder_start_token", "pad"), 0) if hasattr(model.backbone, "encoder") else None
+    return tok.ids.get("eos"), start
+
+
 def fill_sentinels(prompt: str, output: str) -> str:
     """T5: put each generated span where its sentinel stands in the prompt (``<extra_id_0> a <extra_id_1> b``)."""
     pieces = SENTINEL.split(output)
@@ -53,8 +60,7 @@ def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -
         raise ConfigError(f"predict: '{prompts_file}' has no prompt (one prompt per line)")
     model, tok = load_generator(checkpoint)
     encoder_decoder = hasattr(model.backbone, "encoder")
-    eos = tok.ids.get("eos")
-    start = tok.ids.get(getattr(model, "decoder_start_token", "pad"), 0) if encoder_decoder else None
+    eos, start = decoding_ids(model, tok)
     framed = encoder_decoder and getattr(model, "decoder_start_token", "pad") == "eos" and "bos" in tok.ids  # BART
     results = []
     for prompt in prompts:

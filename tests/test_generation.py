@@ -20,14 +20,21 @@ def _models():
               # GPT-3's alternating dense and locally banded layers: the cache must keep the band
               "gpt-banded": CausalLM(backbone="tiny-gpt", vocab_size=97,
                                      backbone_overrides={"local_attention_window": 4, "global_attention_every": 2})}
-    with torch.no_grad():
-        for model in models.values():
-            for name, p in model.named_parameters():
-                if p.ndim == 1:
-                    p.add_(torch.randn_like(p) * 0.1)
-                elif "embeddings.token" not in name:  # tied tables would make every step repeat its input
-                    p.mul_(4.0)
+    for model in models.values():
+        _spread(model)
+    # Transformer-XL, whose segment memory is the cache: drawn after the others (their weights stay as they were)
+    models["gpt-xl"] = _spread(CausalLM(backbone="tiny-transformer-xl", vocab_size=97))
     return {k: m.eval() for k, m in models.items()}
+
+
+@torch.no_grad()
+def _spread(model):
+    for name, p in model.named_parameters():
+        if p.ndim == 1:
+            p.add_(torch.randn_like(p) * 0.1)
+        elif "embeddings.token" not in name:  # tied tables would make every step repeat its input
+            p.mul_(4.0)
+    return model
 
 
 MODELS = _models()

@@ -118,6 +118,8 @@ class RealmQueries(KeyedList):
 class REALMCollator:
     """Masks one salient span per query (seeded per sample) and builds the ICT pairs from the blocks."""
 
+    objective = "salient_span"
+
     def __init__(self, blocks: list[np.ndarray], cls_id: int, sep_id: int, mask_id: int, pad_id: int, seed: int,
                  ict_keep_prob: float = 0.1) -> None:
         self.blocks, self.cls, self.sep, self.mask, self.pad = blocks, cls_id, sep_id, mask_id, pad_id

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, TextIO
 
 import numpy as np
-import torch
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.inspection.batches import sample_batches, stream_mix
 from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
 from plm_lightning.inspection.permutation import permutation_statistics, render_permutation
-from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, causal_mask, combine, document_mask, padding_mask
+from plm_lightning.inspection.picture import self_attention
+from plm_lightning.nn.masks import ATTENTION_KINDS
 
 
 def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextDataModule, Any]:
@@ -20,7 +21,9 @@ def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextData
     from plm_lightning.cli import PLMCLI
 
     args = [a for c in configs for a in ("--config", c)] + overrides
-    cli = PLMCLI(args=args, run=False)
+    with warnings.catch_warnings():  # args given while sys.argv holds the `inspect` command line: intended here
+        warnings.filterwarnings("ignore", message=".*args parameter is intended")
+        cli = PLMCLI(args=args, run=False)
     datamodule = cli.datamodule
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -244,18 +247,10 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24,
     if "sentence_label" in batch:
         meaning = "0 = in order, 1 = swapped" if datamodule.packing == "sentence_order" else "0 = continuation, 1 = random"
         out.write(f"sentence label: {int(batch['sentence_label'][0])} ({meaning})\n\n")
-    n = min(width, ids.__len__())
-    shape = causal_mask(n) if getattr(model, "causal", False) else None
+    n = min(width, len(ids))
+    grid, kind, prefix = self_attention(model, batch, n)
     if "attention_kind" in batch or "prefix_lengths" in batch:  # UniLM's batch LM, a prefix LM (GLM, UL2 decoder)
-        kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
-        prefix = batch["prefix_lengths"][:1] if "prefix_lengths" in batch else None
-        shape = attention_shape(kind, n, prefix)
-        out.write(f"attention: {kind}" + (f" (prefix of {int(prefix[0])} tokens)" if kind == "prefix" else "") + "\n\n")
-    mask = combine(padding_mask(batch["attention_mask"][:1, :n]),
-                   document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None, shape)
-    if mask is None:
-        mask = torch.ones(1, 1, n, n, dtype=torch.bool)
-    grid = mask.expand(1, 1, n, n)[0, 0]
+        out.write(f"attention: {kind}" + (f" (prefix of {prefix} tokens)" if prefix is not None else "") + "\n\n")
     out.write(f"attention mask, first {n} tokens (row = query, '#' = may attend):\n")
     for row in grid.tolist():
         out.write("  " + "".join("#" if v else "." for v in row) + "\n")

@@ -26,8 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, edit_examples, progress_bar
+from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, edit_examples
 from plm_lightning.knowledge.lm import LanguageModel, Query
+from plm_lightning.progress import progress_bar
 
 
 class RunningMoments(nn.Module):

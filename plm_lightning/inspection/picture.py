@@ -1,0 +1,243 @@
+"""``inspect --png``: an objective as a picture. The attention-mask matrix of one training row (row = query,
+column = key; filled = may attend) with the rows whose output carries loss in red, next to the original and the
+corrupted text. ``inspect --all-recipes --png`` draws every recipe's matrix in one grid: the literature's
+"objectives as attention masks" figure (UniLM, Dong et al. 2019, Fig. 1; T5, Raffel et al. 2020, Fig. 3), measured
+from our collators instead of drawn by hand.
+
+An objective here is a corruption of the input + an attention-mask shape + the positions that carry loss; the
+picture shows all three. Encoder-decoders are drawn as one matrix over [encoder input; decoder input], as in T5's
+figure: the encoder block is bidirectional, decoder rows see every encoder token and the decoder tokens before them.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.errors import ConfigError
+from plm_lightning.inspection.batches import sample_batches
+from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, causal_mask, combine, document_mask, padding_mask
+
+_ATTEND, _LOSS, _EMPTY = (0.22, 0.36, 0.62), (0.80, 0.22, 0.18), (1.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class ObjectivePicture:
+    """What ``inspect --png`` draws for one recipe (the first row of the first training batch).
+
+    Attributes:
+        title: The recipe and its corruption.
+        tokens: The axis: the tokens the mask is over (encoder-decoders: encoder input, then decoder input).
+        mask: ``[n, n]`` bool, ``mask[i, j]``: query ``i`` may attend to key ``j``.
+        loss: ``[n]`` bool: the rows whose output is scored by the loss.
+        blocks: Named consecutive parts of the axis (encoder/decoder, prefix/target), drawn as separators.
+        original: The row's text before corruption.
+        corrupted: What the model is fed.
+        attention: One line naming the mask.
+    """
+
+    title: str
+    tokens: list[str]
+    mask: np.ndarray
+    loss: np.ndarray
+    blocks: list[tuple[str, int]]
+    original: str
+    corrupted: str
+    attention: str
+
+
+def self_attention(model: Any, batch: dict[str, Any], n: int) -> tuple[torch.Tensor, str, int | None]:
+    """The first row's ``[n, n]`` self-attention mask of a single-stack recipe, its name, and the prefix length of
+    a prefix LM (UniLM's batch mixture, GLM, decoder-only UL2), from the same mask builders the backbone uses."""
+    shape = causal_mask(n) if getattr(model, "causal", False) else None
+    kind, prefix = ("causal" if shape is not None else "bidirectional"), None
+    if "attention_kind" in batch or "prefix_lengths" in batch:
+        kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
+        lengths = batch["prefix_lengths"][:1] if "prefix_lengths" in batch else None
+        shape = attention_shape(kind, n, lengths)
+        prefix = int(lengths[0]) if kind == "prefix" and lengths is not None else None
+    mask = combine(padding_mask(batch["attention_mask"][:1, :n]),
+                   document_mask(batch["document_ids"][:1, :n]) if "document_ids" in batch else None, shape)
+    if mask is None:
+        mask = torch.ones(1, 1, n, n, dtype=torch.bool)
+    return mask.expand(1, 1, n, n)[0, 0], kind, prefix
+
+
+def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, progress: float = 0.0,
+                      name: str | None = None) -> ObjectivePicture:
+    """The first ``width`` tokens of the first row of the training batch at ``progress`` (epochs), as a picture.
+    Encoder-decoders show up to ``width`` encoder and ``width // 2`` decoder tokens."""
+    from plm_lightning.data.parallel import ParallelDataModule
+    from plm_lightning.data.static import WordEmbeddingDataModule
+
+    if isinstance(datamodule, (WordEmbeddingDataModule, ParallelDataModule)):
+        raise ConfigError(f"inspect --png: {name or type(model).__name__} is a word-level recipe with no attention mask "
+                          "to draw (word2vec, fastText, GloVe, ELMo, CoVe); the text view shows its examples")
+    tok = datamodule.tokenizer
+    samples, batch = next(sample_batches(datamodule, 1, progress))
+    show = lambda seq: " ".join(tok.id_to_token(int(t)) for t in seq)  # noqa: E731
+    corruption = getattr(datamodule.collator(), "objective", "?")
+    title = f"{name or type(model).__name__} ({corruption})"
+    sample = samples[0]
+    real = int(batch["attention_mask"][0].sum())
+    labels = batch["labels"][0]
+    if "decoder_input_ids" in batch:  # encoder-decoder: one matrix over [encoder; decoder], T5 Fig. 3
+        raw = np.asarray(sample["input_ids"])[np.asarray(sample["document_ids"]) >= 0]
+        enc = min(real, width)
+        dec = min(int((labels != IGNORE_INDEX).sum()), max(1, width // 2))
+        mask = np.zeros((enc + dec, enc + dec), dtype=bool)
+        mask[:enc, :enc] = True
+        mask[enc:, :enc] = True
+        mask[enc:, enc:] = np.tril(np.ones((dec, dec), dtype=bool))
+        loss = np.concatenate([np.zeros(enc, bool), (labels[:dec] != IGNORE_INDEX).numpy()])
+        tokens = _tokens(tok, batch["input_ids"][0, :enc]) + _tokens(tok, batch["decoder_input_ids"][0, :dec])
+        return ObjectivePicture(title, tokens, mask, loss, [("encoder", enc), ("decoder", dec)], show(raw),
+                                show(batch["input_ids"][0, :real]),
+                                "encoder bidirectional; decoder causal, cross-attending to every encoder token")
+    n = min(real, width)
+    if "input_ids" in sample:
+        original = show(np.asarray(sample["input_ids"])[:real])
+    else:  # REALM's queries: the row with its masked span's labels put back
+        original = show(torch.where(labels != IGNORE_INDEX, labels, batch["input_ids"][0])[:real])
+    if "perm_mask" in batch:  # XLNet: content stream for the context rows, query stream (no self) for the targets
+        hidden = batch["perm_mask"][0, :n, :n].numpy().astype(bool)
+        loss = (labels[:n] != IGNORE_INDEX).numpy()
+        mask = ~hidden | (np.eye(n, dtype=bool) & ~loss[:, None])
+        return ObjectivePicture(title, _tokens(tok, batch["input_ids"][0, :n]), mask, loss, [], original,
+                                show(batch["input_ids"][0, :real]), "two-stream permutation: predicted rows use the "
+                                "query stream (no self), the others the content stream")
+    grid, kind, prefix = self_attention(model, batch, real)
+    # a prefix LM's window straddles the prefix/target boundary, where the mask changes shape
+    start = 0 if prefix is None else max(0, min(prefix - n // 2, real - n))
+    window = slice(start, start + n)
+    loss = model.loss_positions(batch)[0, window].numpy().astype(bool)
+    split = None if prefix is None else min(max(prefix - start, 0), n)
+    blocks = [("prefix", split), ("target", n - split)] if split is not None else []
+    attention = f"{kind}" + (f" (prefix of {prefix} tokens; tokens {start}-{start + n - 1} shown)"
+                             if prefix is not None else "")
+    if "document_ids" in batch and len(set(batch["document_ids"][0, :n].tolist())) > 1:
+        attention += ", within each packed document"
+    return ObjectivePicture(title, _tokens(tok, batch["input_ids"][0, window]), grid[window, window].numpy().astype(bool),
+                            loss, blocks, original, show(batch["input_ids"][0, :real]), attention)
+
+
+def _tokens(tok: Any, ids: torch.Tensor) -> list[str]:
+    return [tok.id_to_token(int(t)) for t in ids]
+
+
+def _image(picture: ObjectivePicture) -> np.ndarray:
+    """RGB image of the mask: blue = may attend, red = may attend in a row that carries loss, white = masked."""
+    image = np.empty((*picture.mask.shape, 3))
+    image[:] = _EMPTY
+    image[picture.mask] = _ATTEND
+    image[picture.mask & picture.loss[:, None]] = _LOSS
+    return image
+
+
+def _separators(ax: Any, picture: ObjectivePicture) -> None:
+    edge = 0
+    for _, size in picture.blocks[:-1]:
+        edge += size
+        ax.axhline(edge - 0.5, color="black", linewidth=0.8)
+        ax.axvline(edge - 0.5, color="black", linewidth=0.8)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_picture(picture: ObjectivePicture, path: Path) -> None:
+    """One recipe: the mask with token labels (loss rows' labels in red) beside the original and corrupted text."""
+    plt = _pyplot()
+    n = len(picture.tokens)
+    fig, (ax, text) = plt.subplots(1, 2, figsize=(15, 7.5), gridspec_kw={"width_ratios": [1, 1.1]})
+    ax.imshow(_image(picture), interpolation="nearest")
+    ax.set_xticks(range(n), picture.tokens, rotation=90, fontsize=6)
+    ax.set_yticks(range(n), picture.tokens, fontsize=6)
+    for label, carried in zip(ax.get_yticklabels(), picture.loss):
+        label.set_color(_LOSS if carried else "black")
+    _separators(ax, picture)
+    edge = 0
+    for name, size in picture.blocks:  # x in axes coordinates, y in data: left of the token labels
+        ax.text(-0.2, edge + (size - 1) / 2, name, rotation=90, ha="center", va="center", fontsize=8, style="italic",
+                transform=ax.get_yaxis_transform())
+        edge += size
+    ax.set_xlabel("key")
+    ax.set_ylabel("query", labelpad=22 if picture.blocks else 4)
+    ax.set_title(f"{picture.title}\n{picture.attention}", fontsize=9)
+    text.axis("off")
+    wrap = lambda s: textwrap.fill(s[:900] + (" ..." if len(s) > 900 else ""), 95)  # noqa: E731
+    body = (f"original\n{wrap(picture.original)}\n\ncorrupted input\n{wrap(picture.corrupted)}\n\n"
+            f"red rows: {int(picture.loss.sum())} of {n} shown positions carry loss; blue: may attend; white: masked")
+    text.text(0, 1, body, va="top", ha="left", fontsize=7.5, family="monospace", transform=text.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, str], columns: int = 6) -> None:
+    """Every recipe's mask in one figure (the recipes that have none are listed under it)."""
+    plt = _pyplot()
+    rows = max(1, -(-len(pictures) // columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.9 * rows + 0.6), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, picture in zip(axes.flat, pictures):
+        ax.imshow(_image(picture), interpolation="nearest")
+        _separators(ax, picture)
+        ax.set_title(picture.title, fontsize=8)
+    note = ["blue: may attend; red: may attend, and the row carries loss; white: masked; lines: encoder | decoder, "
+            "prefix | target"]
+    if skipped:
+        note.append("no attention mask: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
+    fig.text(0.5, 0.005, "\n".join(textwrap.fill(line, 200) for line in note), ha="center", va="bottom", fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def recipe_configs(directory: Path, names: list[str] | None = None) -> dict[str, Path]:
+    """The recipes of ``directory`` (its top-level YAML files) by name, or the chosen ``names`` of them."""
+    if not directory.is_dir():
+        raise ConfigError(f"inspect --all-recipes: no recipe directory {directory} (run from the repository root or "
+                          "pass --configs-dir DIR)")
+    found = {p.stem: p for p in sorted(directory.glob("*.yaml"))}
+    unknown = [n for n in names or [] if n not in found]
+    if unknown:
+        raise ConfigError(f"inspect --recipes: unknown recipe(s) {', '.join(unknown)}; valid: {', '.join(found)}")
+    return {n: found[n] for n in names} if names else found
+
+
+def draw_all_recipes(configs: dict[str, Path], path: Path, overrides: list[str], width: int = 32,
+                     log: Any = print) -> tuple[list[ObjectivePicture], dict[str, str]]:
+    """Build every recipe's DataModule as ``fit`` would and draw the grid; recipes without an attention mask (the
+    word-level ones) or that need more input (DistilBERT's teacher) are listed with the reason."""
+    from plm_lightning.inspection import build_datamodule
+    from plm_lightning.progress import progress_bar
+
+    pictures: list[ObjectivePicture] = []
+    skipped: dict[str, str] = {}
+    advance = progress_bar(len(configs), "drawing recipes")
+    for name, config in configs.items():
+        try:
+            datamodule, model = build_datamodule([str(config)], overrides)
+            pictures.append(objective_picture(datamodule, model, width, name=name))
+        except (ConfigError, ValueError) as err:  # the grid lists the reason instead of stopping
+            reason = str(err).splitlines()[0]
+            skipped[name] = "word-level" if "word-level" in reason else f"not built with its defaults: {reason[:50]}"
+            log(f"{name}: skipped ({reason})")
+        advance()
+    draw_grid(pictures, path, skipped)
+    return pictures, skipped

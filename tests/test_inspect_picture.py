@@ -1,0 +1,85 @@
+"""``inspect --png``: the drawn attention mask is the mask each objective trains with (causal, bidirectional,
+encoder-decoder, prefix LM, two-stream permutation), loss rows are the labelled positions, and the CLI writes the
+PNG files (one recipe, and the grid with the word-level recipes listed as having no mask)."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from plm_lightning.commands import run_inspect
+from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.errors import ConfigError
+from plm_lightning.inspection import build_datamodule
+from plm_lightning.inspection.batches import sample_batches
+from plm_lightning.inspection.picture import objective_picture
+from tests.conftest import ROOT
+
+SMALL = ["--data.seq_len=64", "--data.batch_size=4"]
+
+
+def _picture(recipe: str, width: int = 32):
+    datamodule, model = build_datamodule([str(ROOT / "configs" / f"{recipe}.yaml")], SMALL)
+    _, batch = next(sample_batches(datamodule, 1, 0.0))
+    return objective_picture(datamodule, model, width, name=recipe), batch
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_causal_and_bidirectional_masks_with_their_loss_rows() -> None:
+    gpt2, _ = _picture("gpt2")
+    n = len(gpt2.tokens)
+    assert n == 32 and gpt2.mask.shape == (n, n) and gpt2.loss.all()  # every next token is predicted
+    assert not np.triu(gpt2.mask, 1).any() and gpt2.mask.diagonal().all()  # no query sees a later key
+    bert, batch = _picture("bert")
+    assert bert.mask.all()  # bidirectional over real tokens
+    expected = (batch["labels"][0, :32] != IGNORE_INDEX).numpy()
+    assert 0 < bert.loss.sum() < 32 and (bert.loss == expected).all()
+    assert bert.corrupted != bert.original and "[MASK]" in bert.corrupted
+
+
+def test_encoder_decoder_is_one_matrix_over_encoder_and_decoder() -> None:
+    t5, batch = _picture("t5")
+    (_, enc), (_, dec) = t5.blocks
+    assert [b[0] for b in t5.blocks] == ["encoder", "decoder"] and enc == 32 and dec > 0
+    assert t5.mask[:enc, :enc].all() and not t5.mask[:enc, enc:].any()  # the encoder never sees the decoder
+    assert t5.mask[enc:, :enc].all()  # cross-attention to every encoder token
+    assert (t5.mask[enc:, enc:] == np.tril(np.ones((dec, dec), bool))).all()
+    assert not t5.loss[:enc].any() and (t5.loss[enc:] == (batch["labels"][0, :dec] != IGNORE_INDEX).numpy()).all()
+    assert "<extra_id_0>" in t5.corrupted and "<extra_id_0>" not in t5.original
+
+
+def test_prefix_lm_window_straddles_the_boundary_and_permutation_streams() -> None:
+    glm, batch = _picture("glm", width=24)
+    (_, a), (_, b) = glm.blocks
+    assert a > 0 and b > 0 and a + b == 24
+    assert glm.mask[:a, :a].all() and not glm.mask[:a, a:].any()  # Part A never sees Part B
+    assert glm.mask[a:, :a].all() and (glm.mask[a:, a:] == np.tril(np.ones((b, b), bool))).all()
+    assert not glm.loss[:a].any() and glm.loss[a:].any()  # only the spans of Part B are predicted
+    xlnet, batch = _picture("xlnet")
+    predicted = (batch["labels"][0, :32] != IGNORE_INDEX).numpy()
+    assert (xlnet.loss == predicted).all() and predicted.any()
+    assert not xlnet.mask.diagonal()[predicted].any() and xlnet.mask.diagonal()[~predicted].all()
+    assert not np.array_equal(xlnet.mask, np.tril(xlnet.mask))  # a factorization order, not left-to-right
+
+
+def test_png_files_and_one_line_errors(tmp_path, capsys) -> None:
+    run_inspect(["--config", str(ROOT / "configs" / "t5.yaml"), "--png", str(tmp_path / "t5.png"), *SMALL])
+    assert _png_size(tmp_path / "t5.png")[0] > 800
+    run_inspect(["--all-recipes", "--recipes", "gpt2,word2vec", "--configs-dir", str(ROOT / "configs"),
+                 "--png", str(tmp_path / "grid.png")])
+    assert _png_size(tmp_path / "grid.png")[0] > 400
+    printed = capsys.readouterr().out
+    assert "drew 1 recipes" in printed and "1 without a mask: word2vec" in printed
+    for argv, words in ((["--all-recipes"], "--png"),
+                        (["--all-recipes", "--recipes", "bert,nope", "--configs-dir", str(ROOT / "configs"), "--png",
+                          str(tmp_path / "g.png")], "unknown recipe(s) nope"),
+                        (["--config", str(ROOT / "configs" / "word2vec.yaml"), "--png", str(tmp_path / "w.png")],
+                         "word-level"),
+                        (["--config", str(ROOT / "configs" / "bert.yaml"), "--png", str(tmp_path / "b.jpg")], ".png")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+            run_inspect(argv)
