@@ -81,40 +81,14 @@ def run_inspect(argv: list[str]) -> None:
         return
     if not args.config:
         raise ConfigError("plm_lightning inspect: give --config RECIPE.yaml (or --all-recipes --png OUT.png)")
-    from plm_lightning.inspection import build_datamodule, corruption_statistics, render
+    from plm_lightning.inspection import build_datamodule, recipe_views
 
     datamodule, objective = build_datamodule(args.config, rest)
-    from plm_lightning.data.parallel import ParallelDataModule
-    from plm_lightning.data.static import WordEmbeddingDataModule
-
-    if isinstance(datamodule, (WordEmbeddingDataModule, ParallelDataModule)):  # word-level recipes
-        from plm_lightning.inspection import static, translation
-
-        if isinstance(datamodule, ParallelDataModule):  # CoVe
-            stats, view = translation.translation_statistics, translation.render_translation
-        elif datamodule.examples == "sequences":  # ELMo
-            stats, view = static.sequence_statistics, static.render_sequences
-        else:  # word2vec, fastText, GloVe
-            stats, view = static.static_statistics, static.render_static
-        if args.json:
-            print(json.dumps(stats(datamodule, objective, args.batches)))
-        else:
-            view(datamodule, objective, sys.stdout)
-        return
-    from plm_lightning.data.realm import REALMDataModule
-
-    if isinstance(datamodule, REALMDataModule):  # retrieval-augmented: queries and a knowledge corpus
-        from plm_lightning.inspection.retrieval import realm_statistics, render_realm
-
-        if args.json:
-            print(json.dumps(realm_statistics(datamodule, objective, args.batches)))
-        else:
-            render_realm(datamodule, objective, sys.stdout)
-        return
+    statistics, view = recipe_views(datamodule, args.width or 24, args.progress)
     if args.json:
-        print(json.dumps(corruption_statistics(datamodule, objective, args.batches)))
+        print(json.dumps(statistics(datamodule, objective, args.batches)))
     else:
-        render(datamodule, objective, sys.stdout, width=args.width or 24, progress=args.progress)
+        view(datamodule, objective, sys.stdout)
 
 
 def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:

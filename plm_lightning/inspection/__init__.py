@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
@@ -28,6 +30,26 @@ def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextData
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule, cli.model
+
+
+def recipe_views(datamodule: Any, width: int = 24, progress: float = 0.0
+                 ) -> tuple[Callable[[Any, Any, int], dict[str, Any]], Callable[[Any, Any, TextIO], None]]:
+    """A recipe's ``inspect --json`` statistics ``(datamodule, model, batches)`` and its text view
+    ``(datamodule, model, out)``: the word-level recipes, REALM and the token-level objectives each have theirs."""
+    from plm_lightning.data.parallel import ParallelDataModule
+    from plm_lightning.data.realm import REALMDataModule
+    from plm_lightning.data.static import WordEmbeddingDataModule
+    from plm_lightning.inspection import retrieval, static, translation
+
+    if isinstance(datamodule, ParallelDataModule):  # CoVe
+        return translation.translation_statistics, translation.render_translation
+    if isinstance(datamodule, WordEmbeddingDataModule):
+        if datamodule.examples == "sequences":  # ELMo
+            return static.sequence_statistics, static.render_sequences
+        return static.static_statistics, static.render_static  # word2vec, fastText, GloVe
+    if isinstance(datamodule, REALMDataModule):  # retrieval-augmented: queries and a knowledge corpus
+        return retrieval.realm_statistics, retrieval.render_realm
+    return corruption_statistics, functools.partial(render, width=width, progress=progress)
 
 
 def _span_words(batch: dict[str, Any], samples: list[dict[str, Any]]) -> list[int]:
