@@ -109,8 +109,8 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
         names = [n.strip() for n in args.recipes.split(",") if n.strip()] if args.recipes else None
         drawn, skipped = picture.draw_all_recipes(picture.recipe_configs(args.configs_dir, names), args.png,
                                                   overrides, width, log=lambda m: print(m, file=sys.stderr))
-        print(f"drew {len(drawn)} recipes to {args.png}" + (f" ({len(skipped)} without a mask: "
-                                                            f"{', '.join(skipped)})" if skipped else ""))
+        print(f"drew {len(drawn)} recipes to {args.png}" + (f" ({len(skipped)} not drawn: {', '.join(skipped)})"
+                                                            if skipped else ""))
         return
     if not args.config:
         raise ConfigError("plm_lightning inspect: --png draws a recipe: give --config RECIPE.yaml (or --all-recipes)")
@@ -213,3 +213,37 @@ def run_sweep(argv: list[str]) -> None:
     if best is None:
         raise ConfigError(f"sweep: no trial logged {metric}; see {directory}/trials/*/output.log")
     print(f"results: {files['csv']}, {files['markdown']}, {files['plot']}")
+
+
+def run_arena(argv: list[str]) -> None:
+    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, Arena, ArenaConfig, write_report
+
+    parser = _Parser(prog="plm_lightning arena",
+                     description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
+                                 "downstream tasks, and report which claims of the literature reproduce.")
+    parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES), help="comma-separated recipe names")
+    parser.add_argument("--budget-flops", default="1e13", help="training FLOPs per run; a comma list draws curves")
+    parser.add_argument("--dir", type=Path, default=Path("arena_runs"), help="where runs and results go")
+    parser.add_argument("--downstream", default="code-or-prose,cloze-spans",
+                        help=f"fine-tuning tasks, of {', '.join(DOWNSTREAM)}")
+    for name, default in (("hidden-size", 128), ("num-heads", 4), ("num-layers", 4), ("intermediate-size", 512),
+                          ("seq-len", 128), ("batch-size", 32), ("finetune-steps", 200), ("evaluations", 4),
+                          ("val-batches", 10)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--configs-dir", default="configs", help="where the recipes are")
+    args = parser.parse_args(argv)
+    try:
+        budgets = tuple(float(b) for b in args.budget_flops.split(",") if b.strip())
+    except ValueError as err:
+        raise ConfigError(f"arena: --budget-flops {args.budget_flops!r} must be numbers such as 1e13,1e14") from err
+    config = ArenaConfig(
+        recipes=tuple(r.strip() for r in args.recipes.split(",") if r.strip()), budgets=budgets,
+        downstream=tuple(t.strip() for t in args.downstream.split(",") if t.strip()), hidden_size=args.hidden_size,
+        num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
+        seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
+        evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir)
+    results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
+    files = write_report(results, config, args.dir)
+    print(files["report"].read_text(encoding="utf-8"))
+    print(f"results: {', '.join(str(p) for p in files.values())}")
+

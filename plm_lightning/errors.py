@@ -1,6 +1,13 @@
-"""The one exception type the CLI turns into a one-line message and exit code 2."""
+"""The one exception type the CLI turns into a one-line message and exit code 2, and the line a failed subprocess
+of ours (a sweep trial, an arena run) is reported by."""
 
 
 class ConfigError(ValueError):
     """Bad user input: a config key, a data file, a tokenizer or a checkpoint. The message names it and says what
     would be valid."""
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a subprocess's output: the one-line error of our CLI."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"

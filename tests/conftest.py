@@ -16,8 +16,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # n workers share the cores: one intr
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tokenizer/packing cache for the whole session: the embedded corpus is tokenized once."""
-    cache = tmp_path_factory.mktemp("plm_cache")
+    """One tokenizer/packing cache for the whole session, shared by the xdist workers (the caches are written
+    atomically and built concurrently safely): a tokenizer one worker trained, the other loads."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base directories are siblings under the session's
+    cache = root / "plm_cache"
+    cache.mkdir(exist_ok=True)
     os.environ["PLM_LIGHTNING_CACHE"] = str(cache)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")

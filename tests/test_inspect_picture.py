@@ -1,6 +1,6 @@
 """``inspect --png``: the drawn attention mask is the mask each objective trains with (causal, bidirectional,
-encoder-decoder, prefix LM, two-stream permutation), loss rows are the labelled positions, and the CLI writes the
-PNG files (one recipe, and the grid with the word-level recipes listed as having no mask)."""
+encoder-decoder, prefix LM, two-stream permutation), loss rows are the labelled positions, the word-level recipes
+draw their context shape, and the CLI writes the PNG files (one recipe, and the grid)."""
 
 import struct
 
@@ -67,6 +67,22 @@ def test_prefix_lm_window_straddles_the_boundary_and_permutation_streams() -> No
     assert not np.array_equal(xlnet.mask, np.tril(xlnet.mask))  # a factorization order, not left-to-right
 
 
+def test_word_level_recipes_draw_their_context_shape() -> None:
+    """No attention, but a context: skip-gram windows (within the largest window, never the centre itself), GloVe's
+    co-occurrence band, ELMo's two directions that never see each other."""
+    datamodule, model = build_datamodule([str(ROOT / "configs" / "word2vec.yaml")], [])
+    w2v = objective_picture(datamodule, model, 32, name="word2vec")
+    distance = np.abs(np.arange(32)[:, None] - np.arange(32)[None, :])
+    assert w2v.mask.any() and not w2v.mask.diagonal().any() and not (w2v.mask & (distance > 5)).any()
+    assert (w2v.loss == w2v.mask.any(1)).all()
+    datamodule, model = build_datamodule([str(ROOT / "configs" / "elmo.yaml")], [])
+    elmo = objective_picture(datamodule, model, 32, name="elmo")
+    n = len(elmo.tokens)
+    assert elmo.mask.shape == (2 * n, n) and [b[0] for b in elmo.row_blocks] == ["forward", "backward"]
+    assert (elmo.mask[:n] == np.tril(np.ones((n, n), bool))).all() and (elmo.mask[n:] == np.triu(elmo.mask[n:])).all()
+    assert not elmo.loss[n - 1] and not elmo.loss[n] and elmo.loss.sum() == 2 * n - 2
+
+
 def test_png_files_and_one_line_errors(tmp_path, capsys) -> None:
     run_inspect(["--config", str(ROOT / "configs" / "t5.yaml"), "--png", str(tmp_path / "t5.png"), *SMALL])
     assert _png_size(tmp_path / "t5.png")[0] > 800
@@ -74,12 +90,10 @@ def test_png_files_and_one_line_errors(tmp_path, capsys) -> None:
                  "--png", str(tmp_path / "grid.png")])
     assert _png_size(tmp_path / "grid.png")[0] > 400
     printed = capsys.readouterr().out
-    assert "drew 1 recipes" in printed and "1 without a mask: word2vec" in printed
+    assert "drew 2 recipes" in printed and "not drawn" not in printed
     for argv, words in ((["--all-recipes"], "--png"),
                         (["--all-recipes", "--recipes", "bert,nope", "--configs-dir", str(ROOT / "configs"), "--png",
                           str(tmp_path / "g.png")], "unknown recipe(s) nope"),
-                        (["--config", str(ROOT / "configs" / "word2vec.yaml"), "--png", str(tmp_path / "w.png")],
-                         "word-level"),
                         (["--config", str(ROOT / "configs" / "bert.yaml"), "--png", str(tmp_path / "b.jpg")], ".png")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
             run_inspect(argv)

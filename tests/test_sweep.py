@@ -76,7 +76,6 @@ def test_sweep_is_interrupted_continued_and_finds_the_best_trial(tmp_path, monke
 @pytest.mark.parametrize("change, words", [
     ({"parameters": {"model.init_args.learning_rat": {"values": [1e-3]}}}, "learning_rat"),
     ({"metric": {"name": "val/bleu", "goal": "maximize"}}, "never logged"),
-    ({"method": "annealing"}, "not one of grid, random, bayes"),
 ])
 def test_bad_specs_fail_before_the_first_trial(tmp_path, change: dict, words: str) -> None:
     res = run_cli(["sweep", str(_spec(tmp_path, **change)), "--count", "2", "--dir", str(tmp_path / "s")], cwd=tmp_path)

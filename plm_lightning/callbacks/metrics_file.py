@@ -13,6 +13,17 @@ METRICS_FILE_ENV = "PLM_LIGHTNING_METRICS_FILE"
 """When set, the CLI adds a :class:`MetricsFile` callback writing to this path."""
 
 
+def read_metrics(path: str | Path) -> list[dict[str, float]]:
+    """The rows a :class:`MetricsFile` wrote so far (none when the file does not exist yet; a line still being
+    written by a running process is left for the next read)."""
+    file = Path(path)
+    if not file.is_file():
+        return []
+    text = file.read_text(encoding="utf-8")
+    complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+
 class MetricsFile(L.Callback):
     """One line ``{"step": ..., "<metric>": value, ...}`` after every ``every_n_steps`` training steps, every
     validation and the end of training (the latest value of each metric the run has logged)."""

@@ -29,6 +29,7 @@ from plm_lightning.data.datamodule import default_cache_dir
 from plm_lightning.data.sampling import ResumableDataLoader, resumable_loader
 from plm_lightning.data.sources import load_documents
 from plm_lightning.errors import ConfigError
+from plm_lightning.files import atomic_write
 
 LM_SPECIALS = ("<unk>", "<s>", "</s>")
 _NORMALIZER = normalizers.BertNormalizer(lowercase=True, strip_accents=False, clean_text=True)
@@ -334,10 +335,7 @@ class WordEmbeddingDataModule(L.LightningDataModule):
             with np.load(path) as z:
                 return z["rows"], z["cols"], z["values"]
         rows, cols, values = cooccurrence(self.splits["train"], len(self.vocabulary), self.window)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, rows=rows, cols=cols, values=values)
-        tmp.replace(path)
+        atomic_write(path, lambda tmp: np.savez(tmp, rows=rows, cols=cols, values=values))
         return rows, cols, values
 
     def _loader(self, dataset: Dataset, collate: Any, shuffle: bool) -> ResumableDataLoader | list:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -208,7 +209,7 @@ def get_tokenizer(spec: str, texts: Callable[[], Iterable[str]], vocab_size: int
         try:
             os.replace(tmp, target)
         except OSError:  # another process won the race; use its copy
-            pass
+            shutil.rmtree(tmp, ignore_errors=True)
     loaded = TextTokenizer.load(target)
     loaded.name = f"{spec} (trained, {target})"
     return loaded

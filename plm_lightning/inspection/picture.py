@@ -41,6 +41,8 @@ class ObjectivePicture:
         original: The row's text before corruption.
         corrupted: What the model is fed.
         attention: One line naming the mask.
+        row_tokens: The rows' labels when they are not ``tokens`` (ELMo: each word once per direction).
+        row_blocks: Named parts of the rows when they are not ``blocks``.
     """
 
     title: str
@@ -51,6 +53,8 @@ class ObjectivePicture:
     original: str
     corrupted: str
     attention: str
+    row_tokens: list[str] | None = None
+    row_blocks: list[tuple[str, int]] | None = None
 
 
 def self_attention(model: Any, batch: dict[str, Any], n: int) -> tuple[torch.Tensor, str, int | None]:
@@ -77,9 +81,10 @@ def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, p
     from plm_lightning.data.parallel import ParallelDataModule
     from plm_lightning.data.static import WordEmbeddingDataModule
 
-    if isinstance(datamodule, (WordEmbeddingDataModule, ParallelDataModule)):
-        raise ConfigError(f"inspect --png: {name or type(model).__name__} is a word-level recipe with no attention mask "
-                          "to draw (word2vec, fastText, GloVe, ELMo, CoVe); the text view shows its examples")
+    if isinstance(datamodule, (WordEmbeddingDataModule, ParallelDataModule)):  # no attention: their context shape
+        from plm_lightning.inspection.word_pictures import word_level_picture
+
+        return word_level_picture(datamodule, model, width, name or type(model).__name__)
     tok = datamodule.tokenizer
     samples, batch = next(sample_batches(datamodule, 1, progress))
     show = lambda seq: " ".join(tok.id_to_token(int(t)) for t in seq)  # noqa: E731
@@ -92,15 +97,10 @@ def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, p
         raw = np.asarray(sample["input_ids"])[np.asarray(sample["document_ids"]) >= 0]
         enc = min(real, width)
         dec = min(int((labels != IGNORE_INDEX).sum()), max(1, width // 2))
-        mask = np.zeros((enc + dec, enc + dec), dtype=bool)
-        mask[:enc, :enc] = True
-        mask[enc:, :enc] = True
-        mask[enc:, enc:] = np.tril(np.ones((dec, dec), dtype=bool))
-        loss = np.concatenate([np.zeros(enc, bool), (labels[:dec] != IGNORE_INDEX).numpy()])
-        tokens = _tokens(tok, batch["input_ids"][0, :enc]) + _tokens(tok, batch["decoder_input_ids"][0, :dec])
-        return ObjectivePicture(title, tokens, mask, loss, [("encoder", enc), ("decoder", dec)], show(raw),
-                                show(batch["input_ids"][0, :real]),
-                                "encoder bidirectional; decoder causal, cross-attending to every encoder token")
+        return encoder_decoder_picture(title, _tokens(tok, batch["input_ids"][0, :enc]),
+                                       _tokens(tok, batch["decoder_input_ids"][0, :dec]),
+                                       (labels[:dec] != IGNORE_INDEX).numpy(), show(raw),
+                                       show(batch["input_ids"][0, :real]))
     n = min(real, width)
     if "input_ids" in sample:
         original = show(np.asarray(sample["input_ids"])[:real])
@@ -128,6 +128,21 @@ def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, p
                             loss, blocks, original, show(batch["input_ids"][0, :real]), attention)
 
 
+def encoder_decoder_picture(title: str, source: list[str], target: list[str], target_loss: np.ndarray, original: str,
+                            corrupted: str, attention: str = "encoder bidirectional; decoder causal, cross-attending to "
+                            "every encoder token") -> ObjectivePicture:
+    """One matrix over [encoder input; decoder input] (T5, Fig. 3): the encoder block full, decoder rows seeing every
+    encoder token and the decoder tokens up to their own; loss on the decoder rows that have a target."""
+    enc, dec = len(source), len(target)
+    mask = np.zeros((enc + dec, enc + dec), dtype=bool)
+    mask[:enc, :enc] = True
+    mask[enc:, :enc] = True
+    mask[enc:, enc:] = np.tril(np.ones((dec, dec), dtype=bool))
+    loss = np.concatenate([np.zeros(enc, bool), np.asarray(target_loss, bool)])
+    return ObjectivePicture(title, source + target, mask, loss, [("encoder", enc), ("decoder", dec)], original,
+                            corrupted, attention)
+
+
 def _tokens(tok: Any, ids: torch.Tensor) -> list[str]:
     return [tok.id_to_token(int(t)) for t in ids]
 
@@ -142,11 +157,11 @@ def _image(picture: ObjectivePicture) -> np.ndarray:
 
 
 def _separators(ax: Any, picture: ObjectivePicture) -> None:
-    edge = 0
-    for _, size in picture.blocks[:-1]:
-        edge += size
-        ax.axhline(edge - 0.5, color="black", linewidth=0.8)
-        ax.axvline(edge - 0.5, color="black", linewidth=0.8)
+    for blocks, line in ((picture.blocks, ax.axvline), (picture.row_blocks or picture.blocks, ax.axhline)):
+        edge = 0
+        for _, size in blocks[:-1]:
+            edge += size
+            line(edge - 0.5, color="black", linewidth=0.8)
 
 
 def _pyplot() -> Any:
@@ -162,25 +177,26 @@ def draw_picture(picture: ObjectivePicture, path: Path) -> None:
     """One recipe: the mask with token labels (loss rows' labels in red) beside the original and corrupted text."""
     plt = _pyplot()
     n = len(picture.tokens)
+    rows = picture.row_tokens or picture.tokens
     fig, (ax, text) = plt.subplots(1, 2, figsize=(15, 7.5), gridspec_kw={"width_ratios": [1, 1.1]})
     ax.imshow(_image(picture), interpolation="nearest")
     ax.set_xticks(range(n), picture.tokens, rotation=90, fontsize=6)
-    ax.set_yticks(range(n), picture.tokens, fontsize=6)
+    ax.set_yticks(range(len(rows)), rows, fontsize=6)
     for label, carried in zip(ax.get_yticklabels(), picture.loss):
         label.set_color(_LOSS if carried else "black")
     _separators(ax, picture)
     edge = 0
-    for name, size in picture.blocks:  # x in axes coordinates, y in data: left of the token labels
+    for name, size in picture.row_blocks or picture.blocks:  # x in axes coordinates, y in data: left of the labels
         ax.text(-0.2, edge + (size - 1) / 2, name, rotation=90, ha="center", va="center", fontsize=8, style="italic",
                 transform=ax.get_yaxis_transform())
         edge += size
     ax.set_xlabel("key")
-    ax.set_ylabel("query", labelpad=22 if picture.blocks else 4)
+    ax.set_ylabel("query", labelpad=22 if picture.row_blocks or picture.blocks else 4)
     ax.set_title(f"{picture.title}\n{picture.attention}", fontsize=9)
     text.axis("off")
     wrap = lambda s: textwrap.fill(s[:900] + (" ..." if len(s) > 900 else ""), 95)  # noqa: E731
     body = (f"original\n{wrap(picture.original)}\n\ncorrupted input\n{wrap(picture.corrupted)}\n\n"
-            f"red rows: {int(picture.loss.sum())} of {n} shown positions carry loss; blue: may attend; white: masked")
+            f"red rows: {int(picture.loss.sum())} of {len(rows)} shown rows carry loss; blue: may attend; white: masked")
     text.text(0, 1, body, va="top", ha="left", fontsize=7.5, family="monospace", transform=text.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
@@ -201,7 +217,7 @@ def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, s
     note = ["blue: may attend; red: may attend, and the row carries loss; white: masked; lines: encoder | decoder, "
             "prefix | target"]
     if skipped:
-        note.append("no attention mask: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
+        note.append("not drawn: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
     fig.text(0.5, 0.005, "\n".join(textwrap.fill(line, 200) for line in note), ha="center", va="bottom", fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
@@ -222,8 +238,8 @@ def recipe_configs(directory: Path, names: list[str] | None = None) -> dict[str,
 
 def draw_all_recipes(configs: dict[str, Path], path: Path, overrides: list[str], width: int = 32,
                      log: Any = print) -> tuple[list[ObjectivePicture], dict[str, str]]:
-    """Build every recipe's DataModule as ``fit`` would and draw the grid; recipes without an attention mask (the
-    word-level ones) or that need more input (DistilBERT's teacher) are listed with the reason."""
+    """Build every recipe's DataModule as ``fit`` would and draw the grid; a recipe that cannot be built from its
+    YAML alone (DistilBERT needs its teacher) is listed under the grid with the reason."""
     from plm_lightning.inspection import build_datamodule
     from plm_lightning.progress import progress_bar
 
@@ -235,8 +251,9 @@ def draw_all_recipes(configs: dict[str, Path], path: Path, overrides: list[str],
             datamodule, model = build_datamodule([str(config)], overrides)
             pictures.append(objective_picture(datamodule, model, width, name=name))
         except (ConfigError, ValueError) as err:  # the grid lists the reason instead of stopping
-            reason = str(err).splitlines()[0]
-            skipped[name] = "word-level" if "word-level" in reason else f"not built with its defaults: {reason[:50]}"
+            cause = err.__cause__ if isinstance(err.__cause__, ConfigError) else err  # jsonargparse wraps ours
+            reason = str(cause).splitlines()[0]
+            skipped[name] = reason
             log(f"{name}: skipped ({reason})")
         advance()
     draw_grid(pictures, path, skipped)

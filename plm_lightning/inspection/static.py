@@ -11,7 +11,8 @@ from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.static import WordChunks, WordEmbeddingDataModule
 
 
-def _chunks(datamodule: WordEmbeddingDataModule, batches: int) -> list[list[dict[str, Any]]]:
+def word_chunks(datamodule: WordEmbeddingDataModule, batches: int) -> list[list[dict[str, Any]]]:
+    """``batches`` batches of training chunks spread over the corpus (the samples ``inspect`` shows)."""
     chunks = WordChunks(datamodule.splits["train"], datamodule.chunk_words)
     step = max(1, len(chunks) // max(1, batches * datamodule.batch_size))
     keys = list(range(0, len(chunks), step))[: batches * datamodule.batch_size]
@@ -31,7 +32,7 @@ def static_statistics(datamodule: WordEmbeddingDataModule, model: Any, batches: 
         return out
     collate = datamodule.pairs_collator()
     words = examples = 0
-    for samples in _chunks(datamodule, batches):
+    for samples in word_chunks(datamodule, batches):
         batch = collate(samples)
         words += sum(len(s["words"]) for s in samples)
         examples += len(batch["center"])
@@ -54,7 +55,7 @@ def render_static(datamodule: WordEmbeddingDataModule, model: Any, out: TextIO, 
         for i in top:
             out.write(f"  X[{vocab.words[e.rows[i]]}, {vocab.words[e.cols[i]]}] = {e.values[i]:.1f}\n")
         return
-    sample = _chunks(datamodule, 1)[0][0]
+    sample = word_chunks(datamodule, 1)[0][0]
     keep = vocab.keep_probability(datamodule.sample)
     rng = np.random.default_rng(int(sample_keys(datamodule.seed, [sample])[0]))  # the collator's own draw
     kept = (rng.random(len(sample["words"])) < keep[sample["words"]])[:words]
@@ -73,9 +74,10 @@ def render_static(datamodule: WordEmbeddingDataModule, model: Any, out: TextIO, 
         out.write(f"  center {center} <-> {context}{negatives}\n")
 
 
-def _sequence_rows(datamodule: WordEmbeddingDataModule, batches: int) -> list[dict[str, Any]]:
+def sequence_rows(datamodule: WordEmbeddingDataModule, batches: int) -> list[dict[str, Any]]:
+    """ELMo: those chunks collated into rows of word ids and characters."""
     collate = datamodule.collator()
-    return [collate(samples) for samples in _chunks(datamodule, batches)]
+    return [collate(samples) for samples in word_chunks(datamodule, batches)]
 
 
 def sequence_statistics(datamodule: WordEmbeddingDataModule, model: Any, batches: int) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def sequence_statistics(datamodule: WordEmbeddingDataModule, model: Any, batches
     but the first / last of its row), ``unk_fraction`` the words outside the vocabulary."""
     vocab = datamodule.vocabulary
     tokens = predictions = unknown = rows = 0
-    for batch in _sequence_rows(datamodule, batches):
+    for batch in sequence_rows(datamodule, batches):
         real = batch["attention_mask"]
         tokens += int(real.sum())
         predictions += 2 * int((batch["lengths"] - 1).sum())
@@ -96,7 +98,7 @@ def sequence_statistics(datamodule: WordEmbeddingDataModule, model: Any, batches
 
 def render_sequences(datamodule: WordEmbeddingDataModule, model: Any, out: TextIO, words: int = 16) -> None:
     vocab = datamodule.vocabulary
-    batch = _sequence_rows(datamodule, 1)[0]
+    batch = sequence_rows(datamodule, 1)[0]
     n = min(words, int(batch["lengths"][0]))
     row = [vocab.words[int(i)] for i in batch["input_ids"][0, :n]]
     out.write(f"objective: {type(model).__name__} (biLM over words), vocabulary: {len(vocab)} words "

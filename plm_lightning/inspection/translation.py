@@ -9,14 +9,15 @@ import numpy as np
 from plm_lightning.data.parallel import ParallelDataModule, TranslationCollator
 
 
-def _batch(datamodule: ParallelDataModule, size: int) -> dict[str, Any]:
+def pair_batch(datamodule: ParallelDataModule, size: int) -> dict[str, Any]:
+    """``size`` training pairs spread over the corpus, collated as the model reads them."""
     pairs = datamodule.splits["train"]
     index = np.linspace(0, len(pairs) - 1, min(size, len(pairs))).astype(int)
     return TranslationCollator(datamodule.source_vocabulary, datamodule.target_vocabulary)([pairs[i] for i in index])
 
 
 def translation_statistics(datamodule: ParallelDataModule, model: Any, batches: int) -> dict[str, Any]:
-    batch = _batch(datamodule, batches * datamodule.batch_size)
+    batch = pair_batch(datamodule, batches * datamodule.batch_size)
     src, tgt = datamodule.source_vocabulary, datamodule.target_vocabulary
     real = batch["source_mask"]
     labels = batch["labels"][batch["labels"] != -100]
@@ -29,7 +30,7 @@ def translation_statistics(datamodule: ParallelDataModule, model: Any, batches: 
 
 
 def render_translation(datamodule: ParallelDataModule, model: Any, out: TextIO) -> None:
-    batch = _batch(datamodule, 1)
+    batch = pair_batch(datamodule, 1)
     src, tgt = datamodule.source_vocabulary, datamodule.target_vocabulary
     n = int(batch["source_mask"][0].sum())
     out.write(f"objective: {type(model).__name__} (translation: {datamodule.parallel_corpus}), "

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.files import atomic_write
 from plm_lightning.knowledge.editing import (
     DEFAULT_TARGET,
     Editor,
@@ -77,10 +78,7 @@ def key_second_moment(lm: LanguageModel, layer: int, texts: Sequence[str], max_t
     finally:
         hook.remove()
     moment = (total / count).float()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(file.name + ".tmp")
-    torch.save(moment.cpu(), tmp)
-    tmp.replace(file)
+    atomic_write(file, lambda tmp: torch.save(moment.cpu(), tmp))
     return moment
 
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV
-from plm_lightning.errors import ConfigError
+from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV, read_metrics
+from plm_lightning.errors import ConfigError, last_line
 
 METHODS = ("grid", "random", "bayes")
 GOALS = ("minimize", "maximize")
@@ -179,7 +179,7 @@ class SweepController:
         command = trial_command(self.spec, probe.params)
         result = subprocess.run([*command, "--print_config"], capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
-            raise ConfigError(f"sweep: the recipe refuses the spec's parameters: {_last_line(result.stderr)}")
+            raise ConfigError(f"sweep: the recipe refuses the spec's parameters: {last_line(result.stderr)}")
         scratch = self.dir / "check"
         metrics = scratch / "metrics.jsonl"
         metrics.unlink(missing_ok=True)
@@ -189,8 +189,8 @@ class SweepController:
         result = subprocess.run([*command, *quick], capture_output=True, text=True, timeout=900,
                                 env=self._env(metrics))
         if result.returncode != 0:
-            raise ConfigError(f"sweep: a 2-step check run of the recipe failed: {_last_line(result.stderr)}")
-        logged = {k for line in metrics.read_text(encoding="utf-8").splitlines() for k in json.loads(line)}
+            raise ConfigError(f"sweep: a 2-step check run of the recipe failed: {last_line(result.stderr)}")
+        logged = {k for row in read_metrics(metrics) for k in row}
         if self.metric not in logged:
             names = ", ".join(sorted(k for k in logged if "/" in k and "device" not in k))
             raise ConfigError(f"sweep: metric.name={self.metric!r} is never logged by this recipe; it logs {names}")
@@ -227,7 +227,7 @@ class SweepController:
     def _read(self, trial: Trial) -> None:
         file = self._trial_dir(trial) / "metrics.jsonl"
         if file.is_file():
-            trial.history = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
+            trial.history = read_metrics(file)
 
     def _poll(self) -> None:
         for trial in [t for t in self.trials if t.state == "running"]:
@@ -307,8 +307,3 @@ def _engine():  # noqa: ANN202
         except ImportError as err:
             raise ConfigError("sweep: needs W&B's sweeps engine: pip install 'plm-lightning[sweep]'") from err
     return sweeps
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"

@@ -1,0 +1,247 @@
+"""The objective arena's runs: every recipe at one backbone size and one training-FLOPs budget, on the same data,
+then fine-tuned on the same downstream tasks.
+
+FLOPs are counted per objective, by the same analytic count the throughput/MFU callback reports
+(:func:`plm_lightning.nn.flops.training_flops` through each objective's ``_set_flops``): ELECTRA's generator and
+discriminator, both stacks of an encoder-decoder (the decoder over its own target length), XLNet's two streams,
+the LM head only at the positions that carry loss. A recipe's steps are ``ceil(budget / FLOPs per step)``, the
+FLOPs per step measured on the recipe's own batches at the arena's size. Each pretraining and fine-tuning run is a
+subprocess of the CLI (``fit --config ...``), so a run is exactly what a user would get; results are written one
+JSON per (recipe, budget), atomically, and a re-run skips the finished ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV, read_metrics
+from plm_lightning.errors import ConfigError, last_line
+
+DEFAULT_RECIPES = ("bert", "roberta", "spanbert", "electra", "deberta-v3", "t5", "bart", "gpt2", "xlnet")
+DOWNSTREAM = {"code-or-prose": "val/accuracy", "cloze-spans": "val/f1", "next-sentence": "val/accuracy",
+              "markup-spans": "val/f1"}
+"""The offline fine-tuning tasks (``configs/finetune/<task>.yaml``) and the validation metric each is scored by."""
+
+
+@dataclass(frozen=True)
+class ArenaConfig:
+    """One arena: the recipes, the FLOPs budgets each is trained to, the common size and data shape, and the
+    downstream tasks every result is fine-tuned and scored on.
+
+    Attributes:
+        recipes: Recipe names of ``configs_dir`` (Transformer objectives; the word-level ones have no backbone).
+        budgets: Training FLOPs per run; several budgets give the score-vs-FLOPs curves.
+        hidden_size: The common backbone width (and ``num_heads``, ``num_layers``, ``intermediate_size``; an
+            encoder-decoder has ``num_layers`` in each stack, which its FLOPs pay for).
+        seq_len: Tokens per row for every recipe (T5's raw rows are sized so its input has this length).
+        batch_size: Rows per step for every recipe.
+        downstream: Tasks of :data:`DOWNSTREAM`, fine-tuned for ``finetune_steps`` steps each.
+        evaluations: Validations per pretraining run (the points of the loss-vs-FLOPs curves).
+    """
+
+    recipes: tuple[str, ...] = DEFAULT_RECIPES
+    budgets: tuple[float, ...] = (1e13,)
+    hidden_size: int = 128
+    num_heads: int = 4
+    num_layers: int = 4
+    intermediate_size: int = 512
+    seq_len: int = 128
+    batch_size: int = 32
+    downstream: tuple[str, ...] = ("code-or-prose", "cloze-spans")
+    finetune_steps: int = 200
+    evaluations: int = 4
+    val_batches: int = 10
+    configs_dir: str = "configs"
+
+    def __post_init__(self) -> None:
+        if not self.recipes:
+            raise ConfigError("arena: --recipes names no recipe")
+        if not self.budgets or min(self.budgets) <= 0:
+            raise ConfigError(f"arena: --budget-flops {list(self.budgets)} must be positive FLOP counts (e.g. 1e13)")
+        unknown = [t for t in self.downstream if t not in DOWNSTREAM]
+        if unknown:
+            raise ConfigError(f"arena: unknown --downstream task(s) {', '.join(unknown)}; valid: {', '.join(DOWNSTREAM)}")
+        for name in ("hidden_size", "num_heads", "num_layers", "intermediate_size", "seq_len", "batch_size",
+                     "finetune_steps", "evaluations", "val_batches"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"arena: --{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"arena: --hidden-size {self.hidden_size} must be a multiple of --num-heads "
+                              f"{self.num_heads}")
+        missing = [r for r in self.recipes if not (Path(self.configs_dir) / f"{r}.yaml").is_file()]
+        if missing:
+            found = sorted(p.stem for p in Path(self.configs_dir).glob("*.yaml"))
+            raise ConfigError(f"arena: no recipe {', '.join(missing)} in {self.configs_dir}/ (valid: "
+                              f"{', '.join(found) or 'none: run from the repository root or pass --configs-dir'})")
+
+    def overrides(self) -> list[str]:
+        """The command-line options that put a recipe at the arena's size and data shape."""
+        size = {"hidden_size": self.hidden_size, "num_heads": self.num_heads, "num_layers": self.num_layers,
+                "intermediate_size": self.intermediate_size}
+        return [f"--model.backbone_overrides={json.dumps(size)}", f"--data.seq_len={self.seq_len}",
+                f"--data.batch_size={self.batch_size}"]
+
+
+@dataclass
+class RunResult:
+    """One recipe trained to one budget, and its scores."""
+
+    recipe: str
+    budget: float
+    objective: str = ""
+    flops_per_step: float = 0.0
+    steps: int = 0
+    flops: float = 0.0
+    parameters: int = 0
+    val_curve: list[tuple[float, float]] = field(default_factory=list)
+    """(training FLOPs so far, val/loss) at each validation."""
+    val_loss: float | None = None
+    downstream: dict[str, float | None] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    statistics: dict[str, Any] = field(default_factory=dict)
+    """The recipe's ``inspect --json`` statistics at the arena's shape (target lengths for the T5 claim)."""
+    seconds: float = 0.0
+
+
+def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str, Any]:
+    """FLOPs per training step (the mean over ``steps`` real training steps at the arena's shape, as the objective
+    counts them for the MFU callback), the objective, its parameter count and its corruption statistics."""
+    from plm_lightning.inspection import build_datamodule, corruption_statistics
+    from plm_lightning.objectives.base import PretrainingModule
+
+    datamodule, model = build_datamodule([str(Path(config.configs_dir) / f"{recipe}.yaml")], config.overrides())
+    if not isinstance(model, PretrainingModule) or not hasattr(datamodule, "seq_len"):
+        raise ConfigError(f"arena: {recipe} is not a Transformer pretraining recipe (the arena compares objectives "
+                          "on one backbone size)")
+    probe = _FlopsProbe()
+    L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
+              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+              callbacks=[probe]).fit(model, datamodule=datamodule)
+    return {"objective": type(model).__name__, "flops_per_step": sum(probe.flops) / len(probe.flops),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "statistics": corruption_statistics(datamodule, model, 2)}
+
+
+class _FlopsProbe(L.Callback):
+    """Collects the objective's FLOPs of each training batch (what ``ThroughputMFU`` reads)."""
+
+    def __init__(self) -> None:
+        self.flops: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self.flops.append(float(pl_module.flops_per_batch))
+
+
+class Arena:
+    """Runs the arena in ``directory`` (``results/<recipe>@<budget>.json``, ``runs/``, ``finetune/``)."""
+
+    def __init__(self, config: ArenaConfig, directory: str | Path, log: Callable[[str], None] = print) -> None:
+        self.config, self.dir, self.log = config, Path(directory), log
+        (self.dir / "results").mkdir(parents=True, exist_ok=True)
+        shape = {k: v for k, v in asdict(config).items() if k not in ("recipes", "budgets")}
+        saved = self.dir / "arena.json"
+        if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != json.loads(json.dumps(shape)):
+            raise ConfigError(f"arena: {self.dir} holds an arena of another size, data shape or downstream setting "
+                              f"(see {saved}); give another --dir (recipes and budgets may be added)")
+        saved.write_text(json.dumps(shape, indent=1), encoding="utf-8")
+
+    def result_path(self, recipe: str, budget: float) -> Path:
+        return self.dir / "results" / f"{recipe}@{budget:.3g}.json"
+
+    def run(self) -> list[RunResult]:
+        results = []
+        for budget in self.config.budgets:
+            for recipe in self.config.recipes:
+                path = self.result_path(recipe, budget)
+                if path.is_file():
+                    self.log(f"{recipe} @ {budget:.3g} FLOPs: done earlier ({path})")
+                    results.append(RunResult(**json.loads(path.read_text(encoding="utf-8"))))
+                    continue
+                result = self.run_one(recipe, budget)
+                results.append(result)
+                if "pretraining" in result.errors:  # not kept: the next run tries again
+                    continue
+                tmp = path.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
+                tmp.replace(path)
+        return results
+
+    def _env(self, metrics: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env[METRICS_FILE_ENV] = str(metrics)
+        env.setdefault("WANDB_MODE", "offline")
+        return env
+
+    def _fit(self, args: list[str], where: Path) -> tuple[int, str, list[dict[str, float]]]:
+        """Run ``fit`` with ``args`` writing under ``where``: (exit code, last output line, metrics rows)."""
+        where.mkdir(parents=True, exist_ok=True)
+        metrics = where / "metrics.jsonl"
+        metrics.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "plm_lightning", "fit", *args, f"--trainer.default_root_dir={where}",
+                   f"--trainer.logger.init_args.save_dir={where}"]
+        with open(where / "output.log", "w", encoding="utf-8") as out:
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self._env(metrics)).returncode
+        return code, last_line((where / "output.log").read_text(encoding="utf-8")), read_metrics(metrics)
+
+    def run_one(self, recipe: str, budget: float) -> RunResult:
+        start = time.time()
+        config = self.config
+        measured = measure_recipe(config, recipe)
+        steps = max(1, math.ceil(budget / measured["flops_per_step"]))
+        result = RunResult(recipe, budget, measured["objective"], measured["flops_per_step"], steps,
+                           steps * measured["flops_per_step"], measured["parameters"],
+                           statistics=measured["statistics"])
+        self.log(f"{recipe} @ {budget:.3g} FLOPs: {measured['flops_per_step']:.3g} FLOPs/step -> {steps} steps")
+        where = self.dir / "runs" / f"{recipe}@{budget:.3g}"
+        interval = max(1, steps // config.evaluations)
+        code, line, rows = self._fit(
+            ["--config", str(Path(config.configs_dir) / f"{recipe}.yaml"), *config.overrides(),
+             f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1", f"--trainer.val_check_interval={interval}",
+             "--trainer.check_val_every_n_epoch=null", f"--trainer.limit_val_batches={config.val_batches}"], where)
+        if code != 0:
+            result.errors["pretraining"] = line
+            self.log(f"{recipe}: pretraining failed: {line}")
+            return result
+        # the metrics file repeats the latest val/loss in every later row: a validation is where the value changes
+        curve: list[tuple[float, float]] = []
+        for row in rows:
+            if "val/loss" in row and (not curve or row["val/loss"] != curve[-1][1]):
+                curve.append((row["step"] * result.flops_per_step, row["val/loss"]))
+        result.val_curve = curve
+        result.val_loss = result.val_curve[-1][1] if result.val_curve else None
+        checkpoint = sorted(where.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+        for task in config.downstream:
+            if not checkpoint:
+                result.errors[task] = "no last.ckpt was written"
+                continue
+            result.downstream[task] = self.finetune(result, task, checkpoint[-1])
+        result.seconds = time.time() - start
+        return result
+
+    def finetune(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
+        """Fine-tune ``checkpoint`` on ``task`` for the arena's steps; its validation score (None on failure)."""
+        steps = self.config.finetune_steps
+        where = self.dir / "finetune" / f"{result.recipe}@{result.budget:.3g}" / task
+        code, line, rows = self._fit(
+            ["--config", str(Path(self.config.configs_dir) / "finetune" / f"{task}.yaml"),
+             f"--model.init_from={checkpoint}", f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+             f"--trainer.val_check_interval={steps}", "--trainer.check_val_every_n_epoch=null"], where)
+        metric = DOWNSTREAM[task]
+        scores = [row[metric] for row in rows if metric in row]
+        if code != 0 or not scores:
+            result.errors[task] = line if code != 0 else f"{metric} was never logged"
+            self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
+            return None
+        self.log(f"{result.recipe}: {task} {metric} = {scores[-1]:.4f}")
+        return scores[-1]

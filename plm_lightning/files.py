@@ -1,0 +1,22 @@
+"""Writing a file so that readers (other processes sharing a cache, a resumed run) see it whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a temporary file unique to this call in ``path``'s directory, then rename it to ``path``
+    (concurrent writers each rename a complete file; the last one wins)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes))
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,81 @@
+"""The objective arena: one-line errors for bad settings, claims judged from results (reproduces / does not / not
+measured), the report files, FLOPs-matched runs from the CLI, and a re-run that continues instead of retraining."""
+
+import json
+import struct
+
+import pytest
+
+from plm_lightning.arena import Arena, ArenaConfig, RunResult, check_claims, write_report
+from plm_lightning.errors import ConfigError
+from tests.conftest import ROOT, run_cli
+
+CONFIGS = str(ROOT / "configs")
+TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq_len=32, batch_size=8,
+            configs_dir=CONFIGS)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"recipes": ("bert", "nope")}, "no recipe nope"),
+    ({"budgets": (0.0,)}, "must be positive"),
+    ({"downstream": ("glue",)}, "unknown --downstream task(s) glue"),
+    ({"hidden_size": 30, "num_heads": 4}, "multiple of --num-heads"),
+])
+def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        ArenaConfig(**{**TINY, **changes})
+
+
+def _result(recipe: str, scores: dict[str, float], target: float | None = None) -> RunResult:
+    return RunResult(recipe, 1e12, steps=10, flops=1e12, flops_per_step=1e11, downstream=scores,
+                     val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5,
+                     statistics={"target_length_mean": target} if target else {})
+
+
+def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -> None:
+    config = ArenaConfig(recipes=("bert", "electra", "roberta", "spanbert", "t5", "bart"), budgets=(1e12,),
+                         downstream=("code-or-prose", "cloze-spans"), configs_dir=CONFIGS)
+    results = [_result("bert", {"code-or-prose": 0.80, "cloze-spans": 0.40}),
+               _result("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}),
+               _result("roberta", {"code-or-prose": 0.795, "cloze-spans": 0.40}),  # within one point: no harm
+               _result("spanbert", {"code-or-prose": 0.80, "cloze-spans": 0.35}),  # worse on the span task
+               _result("t5", {}, target=30.0), _result("bart", {}, target=128.0)]
+    verdicts = {c.statement.split()[0]: c.verdict for c in check_claims(results, config)}
+    assert verdicts == {"Replaced": "reproduces", "RTD": "not measured", "Removing": "reproduces",
+                        "Span": "does not reproduce", "T5's": "reproduces"}
+    files = write_report(results, config, tmp_path)
+    assert "**does not reproduce**" in files["report"].read_text() and "spanbert 0.3500 vs bert 0.4000" in \
+        files["report"].read_text()
+    assert len(files["csv"].read_text().strip().splitlines()) == 7
+    for name in ("loss_plot", "downstream_plot"):
+        png = files[name].read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 300
+
+
+@pytest.mark.slow
+def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_path) -> None:
+    """T5 and BART at one tiny size: BART's decoder rebuilds the whole row, T5's only the noise, so a BART step costs
+    more and it gets fewer steps for the same FLOPs; both are fine-tuned and scored, the T5 claim is judged from
+    the measured target lengths, and a re-run reports the saved results instead of retraining."""
+    args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
+            "code-or-prose", "--finetune-steps", "3", "--evaluations", "2", "--val-batches", "2",
+            "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
+    res = run_cli(args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    saved = {p.name.split("@")[0]: p for p in (tmp_path / "a" / "results").glob("*.json")}
+    t5, bart = (json.loads(saved[r].read_text()) for r in ("t5", "bart"))
+    for result in (t5, bart):
+        assert result["flops"] >= 2e9 > result["flops"] - result["flops_per_step"]  # the budget, to one step
+        assert len(result["val_curve"]) >= 2 and result["downstream"]["code-or-prose"] > 0
+    assert bart["flops_per_step"] > t5["flops_per_step"] and bart["steps"] < t5["steps"]
+    assert "| T5's span corruption shortens the targets | Raffel et al. 2020, sec. 3.3.4 | **reproduces** |" in res.stdout
+    for name in ("results.csv", "results.md", "loss_vs_flops.png", "downstream_vs_flops.png"):
+        assert (tmp_path / "a" / name).stat().st_size > 100
+    config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose",), finetune_steps=3,
+                         evaluations=2, val_batches=2, **TINY)
+    said: list[str] = []
+    again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results
+    assert [r.recipe for r in again] == ["t5", "bart"] and all("done earlier" in m for m in said)
+    assert again[0].downstream == t5["downstream"]
+    with pytest.raises(ConfigError, match="another size"):
+        Arena(ArenaConfig(**{**config.__dict__, "seq_len": 64}), tmp_path / "a")
