@@ -2,6 +2,7 @@
 tables (offline run) or as a text file and TensorBoard text with the other loggers."""
 
 import json
+import os
 
 import lightning as L
 import pytest
@@ -54,12 +55,20 @@ def test_text_file_and_tensorboard_get_corruption_and_generation_rows(tmp_path, 
 
 
 def test_wandb_offline_run_holds_the_tables(tmp_path, monkeypatch) -> None:
+    import wandb
+
     from plm_lightning.loggers import WandbLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    logger = WandbLogger(save_dir=str(tmp_path), project="samples")
-    _fit("bert", [logger], steps=2, every_n_steps=1, examples=3)
-    logger.experiment.finish()
+    environment = dict(os.environ)
+    try:
+        logger = WandbLogger(save_dir=str(tmp_path), project="samples")
+        _fit("bert", [logger], steps=2, every_n_steps=1, examples=3)
+        logger.experiment.finish()
+    finally:  # an in-process run leaves W&B's service in os.environ, where later CLI subprocesses would connect to it
+        wandb.teardown()
+        os.environ.clear()
+        os.environ.update(environment)
     tables = sorted(tmp_path.rglob("*.table.json"))
     names = {t.name.split("_")[0] for t in tables}
     assert names == {"corruption"}  # a masked LM generates nothing
