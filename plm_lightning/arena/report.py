@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plm_lightning.arena.runner import ArenaConfig, RunResult
+from plm_lightning.plotting import pyplot
 
 TOLERANCE = 0.01
 """How far below the baseline a score may be and still count as "does not hurt" (a fraction: one point)."""
@@ -77,15 +78,6 @@ def check_claims(results: list[RunResult], config: ArenaConfig) -> list[Claim]:
     return claims
 
 
-def _pyplot():  # noqa: ANN202
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def write_report(results: list[RunResult], config: ArenaConfig, directory: str | Path) -> dict[str, Path]:
     """``results.csv``, ``results.md``, ``loss_vs_flops.png``, ``downstream_vs_flops.png`` and ``report.md``."""
     out = Path(directory)
@@ -102,7 +94,7 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
     table += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     (out / "results.md").write_text("\n".join(table) + "\n", encoding="utf-8")
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
         if r.val_curve and r.budget == max(config.budgets):

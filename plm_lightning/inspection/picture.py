@@ -24,6 +24,7 @@ from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.errors import ConfigError
 from plm_lightning.inspection.batches import sample_batches
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, causal_mask, combine, document_mask, padding_mask
+from plm_lightning.plotting import pyplot
 
 _ATTEND, _LOSS, _EMPTY = (0.22, 0.36, 0.62), (0.80, 0.22, 0.18), (1.0, 1.0, 1.0)
 
@@ -164,18 +165,9 @@ def _separators(ax: Any, picture: ObjectivePicture) -> None:
             line(edge - 0.5, color="black", linewidth=0.8)
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def draw_picture(picture: ObjectivePicture, path: Path) -> None:
     """One recipe: the mask with token labels (loss rows' labels in red) beside the original and corrupted text."""
-    plt = _pyplot()
+    plt = pyplot()
     n = len(picture.tokens)
     rows = picture.row_tokens or picture.tokens
     fig, (ax, text) = plt.subplots(1, 2, figsize=(15, 7.5), gridspec_kw={"width_ratios": [1, 1.1]})
@@ -205,7 +197,7 @@ def draw_picture(picture: ObjectivePicture, path: Path) -> None:
 
 def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, str], columns: int = 6) -> None:
     """Every recipe's mask in one figure (the recipes that have none are listed under it)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = max(1, -(-len(pictures) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.9 * rows + 0.6), squeeze=False)
     for ax in axes.flat:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.lm import LanguageModel, Query
+from plm_lightning.plotting import pyplot
 
 KINDS = ("hidden", "mlp", "attn")
 ROLES = ("first subject token", "middle subject tokens", "last subject token", "first subsequent token",
@@ -190,10 +191,7 @@ def average_by_role(traces: Sequence[Trace], kind: str = "hidden") -> np.ndarray
 
 def plot_trace(trace: Trace, path: str) -> None:
     """ROME's heat maps: one panel per kind, rows = tokens (subject starred), columns = layers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kinds = list(trace.effects)
     fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 0.35 * len(trace.tokens) + 1.6), squeeze=False)
@@ -215,10 +213,7 @@ def plot_trace(trace: Trace, path: str) -> None:
 
 def plot_roles(summary: dict, path: str) -> None:
     """The averaged heat maps (rows = token roles) of :func:`average_by_role`, ROME's Fig. 2 layout."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kinds = list(summary["effects"])
     fig, axes = plt.subplots(1, len(kinds), figsize=(3.6 * len(kinds), 3.4), squeeze=False)

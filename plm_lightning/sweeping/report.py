@@ -7,6 +7,7 @@ import csv
 import math
 from pathlib import Path
 
+from plm_lightning.plotting import pyplot
 from plm_lightning.sweeping.controller import Trial, _format
 
 
@@ -42,10 +43,7 @@ def write_report(trials: list[Trial], spec: dict, directory: str | Path) -> dict
 
 
 def _plot(trials: list[Trial], metric: str, goal: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     values = [(i, t.summary(metric)) for i, t in enumerate(trials) if t.summary(metric) is not None]
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
