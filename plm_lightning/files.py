@@ -1,4 +1,5 @@
-"""Writing a file so that readers (other processes sharing a cache, a resumed run) see it whole or not at all."""
+"""Writing a file so that readers (other processes sharing a cache, a resumed run) see it whole or not at all, and
+where the shared cache lives."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """``$PLM_LIGHTNING_CACHE``, else ``~/.cache/plm_lightning``: trained tokenizers, packed blocks, sentence splits,
+    co-occurrence counts and key statistics, shared by every run and process."""
+    return Path(os.environ.get("PLM_LIGHTNING_CACHE", Path.home() / ".cache" / "plm_lightning"))
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:

@@ -14,7 +14,7 @@ from plm_lightning.data.packing import (
     pack_sentences,
     split_documents,
 )
-from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.data.sources import embedded_corpus, split_corpus
 from plm_lightning.errors import ConfigError
 
 CLS, SEP, PAD, EOS = 2, 3, 0, 9
@@ -34,6 +34,27 @@ def test_embedded_corpus_is_deterministic_and_nonempty():
 def test_sentence_splitter_is_rule_based():
     s = split_sentences("Dr. Smith went to Washington. He arrived at 3 p.m. on Monday. It rained.")
     assert s == ["Dr. Smith went to Washington.", "He arrived at 3 p.m. on Monday.", "It rained."]
+
+
+def test_corpus_splits_and_the_embedded_corpus_are_cached_on_disk(tmp_path, monkeypatch):
+    """A second process reads the split (and the embedded corpus) from the cache instead of recomputing it; a
+    damaged cache entry is recomputed."""
+    monkeypatch.setenv("PLM_LIGHTNING_CACHE", str(tmp_path))
+    docs = ["One. Two went home.", "Dr. Who ran.\n\nThen it rained. Twice."]
+    expected = [split_sentences(d) for d in docs]
+    assert split_corpus(docs) == expected
+    (entry,) = (tmp_path / "sentences").glob("*.json")
+    entry.write_text(json.dumps([["cached"], ["split"]]))
+    assert split_corpus(docs) == [["cached"], ["split"]]  # read back, not recomputed
+    assert split_corpus(docs[:1]) == expected[:1]  # other documents, other entry
+    entry.write_text("{not json")
+    assert split_corpus(docs) == expected
+    embedded_corpus.cache_clear()
+    first = embedded_corpus()
+    (cached,) = (tmp_path / "embedded").glob("*.json")
+    assert tuple(json.loads(cached.read_text())) == first
+    embedded_corpus.cache_clear()
+    assert embedded_corpus() == first
 
 
 def test_contiguous_blocks_keep_every_token_and_record_documents():

@@ -20,7 +20,14 @@ from plm_lightning.data.seq2seq import (
     UL2Collator,
     UL2DataModule,
 )
-from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel, split_sentences
+from plm_lightning.data.sources import (
+    embedded_corpus,
+    fake_language,
+    load_documents,
+    load_parallel,
+    split_corpus,
+    split_sentences,
+)
 from plm_lightning.data.static import WordEmbeddingDataModule, WordVocabulary
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.data.unilm import UniLMCollator, UniLMDataModule
@@ -35,5 +42,6 @@ __all__ = [
     "PermutationLMCollator", "PermutationLMDataModule", "RecurrentLMDataModule", "SpanCorruptionCollator",
     "SpanCorruptionDataModule", "TextDataModule", "TextTokenizer", "UL2Collator", "UL2DataModule", "UniLMCollator",
     "UniLMDataModule", "WordEmbeddingDataModule", "WordVocabulary", "embedded_corpus", "fake_language",
-    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_sentences", "train_tokenizer",
+    "load_documents", "load_parallel", "sample_keys", "smoothed_probabilities", "split_corpus", "split_sentences",
+    "train_tokenizer",
 ]

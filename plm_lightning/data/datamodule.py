@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,10 +20,7 @@ from plm_lightning.data.sampling import BlockSampler, InterleavedSampler, Mixtur
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.errors import ConfigError
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("PLM_LIGHTNING_CACHE", Path.home() / ".cache" / "plm_lightning"))
+from plm_lightning.files import default_cache_dir
 
 
 class BlockDataset(Dataset):

@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 
 from plm_lightning.data.knowledge import KnowledgeSpec, word_signals
-from plm_lightning.data.sources import split_sentences
+from plm_lightning.data.sources import split_corpus
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
@@ -145,7 +145,7 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
                        knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer") -> list[TokenizedDocument]:
     """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them. With
     ``knowledge``, phrases are fitted on (or looked up for) the corpus' words and entity units found per sentence."""
-    units = [split_sentences(d) if by_sentence else [d] for d in documents]
+    units = split_corpus(documents) if by_sentence else [[d] for d in documents]
     flat = [s for u in units for s in u]
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()

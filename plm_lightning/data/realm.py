@@ -25,7 +25,7 @@ from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
-from plm_lightning.data.sources import split_sentences
+from plm_lightning.data.sources import split_corpus
 from plm_lightning.errors import ConfigError
 
 
@@ -57,8 +57,7 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
     val_docs = set(rng.permutation(len(documents))[: int(round(val_fraction * len(documents)))].tolist())
     blocks: list[list[int]] = []
     pending: list[tuple[int, int, int, int, list, list, list]] = []  # doc, sentence, block, start, ids, words, spans
-    for d, text in enumerate(documents):
-        sentences = split_sentences(text)
+    for d, sentences in enumerate(split_corpus(documents)):
         if not sentences:
             continue
         encoded = tokenizer.encode_batch_with_words(sentences)
@@ -100,10 +99,11 @@ def world_sentence_facts(source: str, count: int) -> list[list[int] | None]:
     match their facts one to one, such as alias definitions)."""
     from plm_lightning.knowledge.world import world_from_spec
 
+    documents = world_from_spec(source).documents[:count]
     out: list[list[int] | None] = []
-    for doc in world_from_spec(source).documents[:count]:
+    for doc, sentences in zip(documents, split_corpus([doc.text for doc in documents]), strict=True):
         facts = list(doc.fact_ids)
-        out.append(facts if facts and len(split_sentences(doc.text)) == len(facts) else None)
+        out.append(facts if facts and len(sentences) == len(facts) else None)
     return out
 
 

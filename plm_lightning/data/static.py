@@ -25,11 +25,10 @@ from tokenizers import normalizers, pre_tokenizers
 from torch.utils.data import Dataset
 
 from plm_lightning.data.collators import sample_keys
-from plm_lightning.data.datamodule import default_cache_dir
 from plm_lightning.data.sampling import ResumableDataLoader, resumable_loader
 from plm_lightning.data.sources import load_documents
 from plm_lightning.errors import ConfigError
-from plm_lightning.files import atomic_write
+from plm_lightning.files import atomic_write, default_cache_dir
 
 LM_SPECIALS = ("<unk>", "<s>", "</s>")
 _NORMALIZER = normalizers.BertNormalizer(lowercase=True, strip_accents=False, clean_text=True)

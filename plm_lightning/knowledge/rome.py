@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.files import atomic_write
+from plm_lightning.files import atomic_write, default_cache_dir
 from plm_lightning.knowledge.editing import (
     DEFAULT_TARGET,
     Editor,
@@ -57,7 +56,7 @@ def key_second_moment(lm: LanguageModel, layer: int, texts: Sequence[str], max_t
     if not texts:
         raise ConfigError("key statistics: no corpus text to estimate E[k k^T] on")
     corpus = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    root = Path(cache_dir or os.environ.get("PLM_LIGHTNING_CACHE", Path.home() / ".cache" / "plm_lightning")) / "knowledge"
+    root = Path(cache_dir or default_cache_dir()) / "knowledge"
     file = root / f"mom2-{_model_digest(lm)}-l{layer}-{corpus}-{max_tokens}.pt"
     if file.is_file():
         return torch.load(file, weights_only=True, map_location=lm.device)
