@@ -12,7 +12,8 @@ from tests.conftest import ROOT, masked_batch, run_cli
 
 def _teacher(path, layers=4, tokenizer=None):
     torch.manual_seed(0)
-    teacher = MaskedLM(backbone="tiny", backbone_overrides={"num_layers": layers}, vocab_size=101)
+    vocab_size = tokenizer.vocab_size if tokenizer is not None else 101
+    teacher = MaskedLM(backbone="tiny", backbone_overrides={"num_layers": layers}, vocab_size=vocab_size)
     meta = {"objective": "MaskedLM", "backbone": teacher.config.to_dict()}
     if tokenizer is not None:
         meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special, "kind": tokenizer.kind}

@@ -1,6 +1,6 @@
 """``inspect --png``: the drawn attention mask is the mask each objective trains with (causal, bidirectional,
 encoder-decoder, prefix LM, two-stream permutation), loss rows are the labelled positions, the word-level recipes
-draw their context shape, and the CLI writes the PNG files (one recipe, and the grid)."""
+draw their context shape, and the CLI writes the PNG files (one recipe, the grid, and every recipe in configs/)."""
 
 import struct
 
@@ -97,3 +97,33 @@ def test_png_files_and_one_line_errors(tmp_path, capsys) -> None:
                         (["--config", str(ROOT / "configs" / "bert.yaml"), "--png", str(tmp_path / "b.jpg")], ".png")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
             run_inspect(argv)
+
+
+@pytest.mark.slow
+def test_every_recipe_in_configs_draws_a_valid_png(tmp_path, capsys) -> None:
+    """The whole grid from the recipes' YAML alone (DistilBERT listed as needing its teacher), then DistilBERT with
+    a random-weight teacher: every recipe file in configs/ yields a picture with a mask and loss rows, and the PNGs
+    decode to images of the size they declare."""
+    from matplotlib.image import imread
+
+    from plm_lightning.inspection.picture import draw_all_recipes, recipe_configs
+    from tests.test_distilbert import _teacher
+
+    configs = recipe_configs(ROOT / "configs")
+    assert set(configs) == {p.stem for p in (ROOT / "configs").glob("*.yaml")}
+    pictures, skipped = draw_all_recipes(configs, tmp_path / "grid.png", [], log=lambda *_: None)
+    assert list(skipped) == ["distilbert"] and "model.teacher is required" in skipped["distilbert"]
+    drawn = {p.title.split(" (")[0]: p for p in pictures}
+    assert set(drawn) == set(configs) - {"distilbert"}
+    for name, picture in drawn.items():
+        assert picture.mask.any() and picture.loss.any() and picture.mask.shape[1] == len(picture.tokens), name
+    bert_tokenizer = build_datamodule([str(configs["bert"])], [])[0].tokenizer
+    _, teacher = _teacher(tmp_path / "teacher.ckpt", layers=2, tokenizer=bert_tokenizer)
+    bert_tokenizer.save(tmp_path / "tok")
+    run_inspect(["--config", str(configs["distilbert"]), "--model.teacher", teacher, "--data.tokenizer",
+                 str(tmp_path / "tok"), "--png", str(tmp_path / "distilbert.png")])
+    assert "drew distilbert (masked_lm)" in capsys.readouterr().out
+    for png in ("grid.png", "distilbert.png"):
+        width, height = _png_size(tmp_path / png)
+        image = imread(tmp_path / png)
+        assert image.shape[:2] == (height, width) and image.std() > 0.05, png  # decodes, and is not blank
