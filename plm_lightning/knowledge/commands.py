@@ -51,8 +51,11 @@ def run_world(argv: list[str]) -> None:
 
 
 def run_probe(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning probe", description="LAMA-style probing at every layer of a causal or masked LM.")
-    parser.add_argument("checkpoint", help="a CausalLM / MaskedLM checkpoint of ours or a transformers directory")
+    parser = _Parser(prog="plm_lightning probe",
+                     description="LAMA-style probing at every layer of a causal or masked LM (ELECTRA: its generator), "
+                                 "or at the answer slot of an encoder-decoder (T5 sentinel, BART mask) or XLNet.")
+    parser.add_argument("checkpoint", help="a CausalLM / MaskedLM / ELECTRA / Seq2SeqLM / PermutationLM checkpoint of "
+                                           "ours or a transformers directory")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--world", help="probe the facts of this world spec (e.g. world)")
     source.add_argument("--probes", help="a LAMA-format JSONL file (relation, template, sub_label, obj_label)")
@@ -73,10 +76,14 @@ def run_probe(argv: list[str]) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     args = parser.parse_args(argv)
-    from plm_lightning.knowledge.lm import LanguageModel
+    from plm_lightning.knowledge.cloze import load_reader
     from plm_lightning.knowledge.probing import probe, train_layer_heads
 
-    lm = LanguageModel.load(args.checkpoint)
+    lm = load_reader(args.checkpoint)
+    if (args.classifier or args.memories is not None or args.reader != "lens") and not lm.layerwise:
+        raise ConfigError(f"probe: '{args.checkpoint}' is an encoder-decoder or XLNet model, asked through its own "
+                          "head at the answer slot: only --reader lens applies (no --classifier, --memories or "
+                          "per-layer heads)")
     if args.classifier or args.memories is not None:
         _probe_representations(lm, args)
         return

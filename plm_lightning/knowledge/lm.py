@@ -16,7 +16,9 @@ from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
 
-LM_OBJECTIVES = ("CausalLM", "MaskedLM", "DistilBERT")
+LM_OBJECTIVES = ("CausalLM", "MaskedLM", "DistilBERT", "ELECTRA")
+"""Objectives with a vocabulary head on one stack at the answer slot (ELECTRA: its generator, an MLM; the
+discriminator has no vocabulary head)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Query:
     answer: tuple[int, ...]
     subject_span: tuple[int, int] | None = None
     """Token range [start, end) of the subject inside ``ids`` when the query named one."""
+    decoder_ids: tuple[int, ...] = ()
+    """Encoder-decoders: the decoder's teacher-forced input; ``position`` is then a decoder position."""
 
 
 class LanguageModel:
@@ -39,6 +43,7 @@ class LanguageModel:
             raise ConfigError(f"'{name}' holds a {kind} model; the knowledge tools need one of {', '.join(LM_OBJECTIVES)}")
         self.module, self.tokenizer, self.name = module.eval(), tokenizer, name
         self.causal = kind == "CausalLM"
+        self.stack: nn.Module = module.generator if kind == "ELECTRA" else module.backbone
         if type(module.backbone).__name__ == "XLStack":
             raise ConfigError(f"'{name}' is a Transformer-XL model; the knowledge tools read Decoder/Encoder stacks")
         needed = ("eos",) if self.causal else ("cls", "sep", "mask")
@@ -56,7 +61,13 @@ class LanguageModel:
     # -- structure ------------------------------------------------------------------------------------------------
     @property
     def backbone(self) -> nn.Module:
-        return self.module.backbone
+        """The stack the vocabulary head reads (ELECTRA: the generator)."""
+        return self.stack
+
+    @property
+    def layerwise(self) -> bool:
+        """Every layer can be read (logit lens, per-layer heads), not only the answer logits."""
+        return True
 
     @property
     def num_layers(self) -> int:

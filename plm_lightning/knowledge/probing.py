@@ -95,7 +95,9 @@ class ProbeReport:
     layers: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.layers = [{"layer": i, **macro_scores(r, self.relations)} for i, r in enumerate(self.ranks)]
+        final = len(self.ranks) == 1  # a reader of the answer logits only: its one row is the final layer
+        self.layers = [{"layer": "final" if final else i, **macro_scores(r, self.relations)}
+                       for i, r in enumerate(self.ranks)]
 
     @property
     def last(self) -> dict:
@@ -136,9 +138,17 @@ def probe(lm: LanguageModel, rows: Sequence[dict], heads: nn.ModuleList | None =
     if not queries:
         raise ConfigError(f"probe: none of the {len(rows)} probes has a one-token object under this tokenizer "
                           "(and, for a causal LM, a template ending in [Y])")
+    layerwise = getattr(lm, "layerwise", True)
+    if heads is not None and not layerwise:
+        raise ConfigError(f"probe: per-layer heads (--reader trained) read one stack's layers; '{lm.name}' is an "
+                          "encoder-decoder or XLNet model: use --reader lens (its own head at the answer slot)")
     ranks = []
     for start in range(0, len(queries), batch_size):
         chunk = queries[start: start + batch_size]
+        if not layerwise:  # the answer logits of the last layer only (plm_lightning.knowledge.cloze)
+            answers = torch.tensor([q.answer[0] for q in chunk], device=lm.device)
+            ranks.append(_rank(lm.answer_logits_of(chunk).float(), answers)[None])
+            continue
         ids, mask, positions = lm.batch(chunk)
         hidden = lm.hidden_states(ids, mask)
         rows_ = torch.arange(len(chunk), device=ids.device)
