@@ -216,7 +216,7 @@ def run_sweep(argv: list[str]) -> None:
 
 
 def run_arena(argv: list[str]) -> None:
-    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, Arena, ArenaConfig, write_report
+    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, Arena, ArenaConfig, write_report
 
     parser = _Parser(prog="plm_lightning arena",
                      description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
@@ -225,7 +225,11 @@ def run_arena(argv: list[str]) -> None:
     parser.add_argument("--budget-flops", default="1e13", help="training FLOPs per run; a comma list draws curves")
     parser.add_argument("--dir", type=Path, default=Path("arena_runs"), help="where runs and results go")
     parser.add_argument("--downstream", default="code-or-prose,cloze-spans",
-                        help=f"fine-tuning tasks, of {', '.join(DOWNSTREAM)}")
+                        help=f"fine-tuning tasks, of {', '.join(DOWNSTREAM)}; and probes, of {', '.join(PROBES)} "
+                             "(needs --data world)")
+    parser.add_argument("--data", default=None, help="pretraining text of every recipe (a data.source: a file, "
+                                                     "directory, dataset or world[:key=value,...]); default: each "
+                                                     "recipe's own (the embedded corpus)")
     for name, default in (("hidden-size", 128), ("num-heads", 4), ("num-layers", 4), ("intermediate-size", 512),
                           ("seq-len", 128), ("batch-size", 32), ("finetune-steps", 200), ("evaluations", 4),
                           ("val-batches", 10)):
@@ -241,7 +245,7 @@ def run_arena(argv: list[str]) -> None:
         downstream=tuple(t.strip() for t in args.downstream.split(",") if t.strip()), hidden_size=args.hidden_size,
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
-        evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir)
+        evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data)
     results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
     files = write_report(results, config, args.dir)
     print(files["report"].read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ import pytest
 
 from plm_lightning.arena import Arena, ArenaConfig, RunResult, check_claims, write_report
 from plm_lightning.errors import ConfigError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, WORLD_SPEC, run_cli
 
 CONFIGS = str(ROOT / "configs")
 TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq_len=32, batch_size=8,
@@ -20,6 +20,7 @@ TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq
     ({"budgets": (0.0,)}, "must be positive"),
     ({"downstream": ("glue",)}, "unknown --downstream task(s) glue"),
     ({"hidden_size": 30, "num_heads": 4}, "multiple of --num-heads"),
+    ({"downstream": ("lama",)}, "must be pretrained on it: add --data world"),
 ])
 def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -56,9 +57,11 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
 def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_path) -> None:
     """T5 and BART at one tiny size: BART's decoder rebuilds the whole row, T5's only the noise, so a BART step costs
     more and it gets fewer steps for the same FLOPs; both are fine-tuned and scored, the T5 claim is judged from
-    the measured target lengths, and a re-run reports the saved results instead of retraining."""
+    the measured target lengths, the LAMA probe asks each its world's facts, and a re-run reports the saved results
+    instead of retraining."""
     args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
-            "code-or-prose", "--finetune-steps", "3", "--evaluations", "2", "--val-batches", "2",
+            "code-or-prose,lama", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
+            "--val-batches", "2",
             "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
     res = run_cli(args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -67,12 +70,16 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     for result in (t5, bart):
         assert result["flops"] >= 2e9 > result["flops"] - result["flops_per_step"]  # the budget, to one step
         assert len(result["val_curve"]) >= 2 and result["downstream"]["code-or-prose"] > 0
+        assert 0 <= result["downstream"]["lama"] <= 1 and not result["errors"]
+    probe = json.loads((tmp_path / "a" / "probe" / "t5@2e+09" / "lama.json").read_text())
+    (reader,) = probe["readers"]  # every training fact asked (109 of the world's 120; 11 are alias-only)
+    assert reader["objects"] == "first-token" and reader["probes"] == 109 and reader["skipped_multi_token"] == 0
     assert bart["flops_per_step"] > t5["flops_per_step"] and bart["steps"] < t5["steps"]
     assert "| T5's span corruption shortens the targets | Raffel et al. 2020, sec. 3.3.4 | **reproduces** |" in res.stdout
     for name in ("results.csv", "results.md", "loss_vs_flops.png", "downstream_vs_flops.png"):
         assert (tmp_path / "a" / name).stat().st_size > 100
-    config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose",), finetune_steps=3,
-                         evaluations=2, val_batches=2, **TINY)
+    config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama"),
+                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, **TINY)
     said: list[str] = []
     again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results
     assert [r.recipe for r in again] == ["t5", "bart"] and all("done earlier" in m for m in said)

@@ -89,6 +89,11 @@ def test_probe_reports_the_final_layer_and_rejects_per_layer_readers(readers) ->
         report = probe(readers[family], rows)
         assert [row["layer"] for row in report.layers] == ["final"] and 0 <= report.last["p@1"] <= report.last["p@10"]
         assert report.ranks.shape == (1, len(report.rows)) and report.forgotten() == 0.0 and len(report.rows) >= 3
+    long = {"relation": "R3", "template": "[X] reads [Y]", "sub_label": "The parser", "obj_label": "Zorblaxquint"}
+    assert len(readers["t5"].query("The parser reads", "Zorblaxquint").answer) > 1
+    assert len(probe(readers["t5"], [*rows, long]).rows) == len(rows)  # LAMA: one-token objects only
+    first = probe(readers["t5"], [*rows, long], first_token=True)
+    assert len(first.rows) == len(rows) + 1 and first.summary()["objects"] == "first-token"
     electra = probe(readers["electra"], rows)
     assert len(electra.layers) == readers["electra"].num_layers + 1  # the generator's every layer (logit lens)
     with pytest.raises(ConfigError, match="--reader lens"):

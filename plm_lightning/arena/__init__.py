@@ -2,7 +2,15 @@
 downstream tasks, with a report of which claims of the literature reproduce."""
 
 from plm_lightning.arena.report import Claim, check_claims, write_report
-from plm_lightning.arena.runner import DEFAULT_RECIPES, DOWNSTREAM, Arena, ArenaConfig, RunResult, measure_recipe
+from plm_lightning.arena.runner import (
+    DEFAULT_RECIPES,
+    DOWNSTREAM,
+    PROBES,
+    Arena,
+    ArenaConfig,
+    RunResult,
+    measure_recipe,
+)
 
-__all__ = ["DEFAULT_RECIPES", "DOWNSTREAM", "Arena", "ArenaConfig", "Claim", "RunResult", "check_claims",
+__all__ = ["DEFAULT_RECIPES", "DOWNSTREAM", "PROBES", "Arena", "ArenaConfig", "Claim", "RunResult", "check_claims",
            "measure_recipe", "write_report"]

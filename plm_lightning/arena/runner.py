@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,18 @@ import lightning as L
 
 from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV, read_metrics
 from plm_lightning.errors import ConfigError, last_line
+from plm_lightning.knowledge.world import is_world_spec
 
 DEFAULT_RECIPES = ("bert", "roberta", "spanbert", "electra", "deberta-v3", "t5", "bart", "gpt2", "xlnet")
 DOWNSTREAM = {"code-or-prose": "val/accuracy", "cloze-spans": "val/f1", "next-sentence": "val/accuracy",
               "markup-spans": "val/f1"}
 """The offline fine-tuning tasks (``configs/finetune/<task>.yaml``) and the validation metric each is scored by."""
+PROBES = {"lama": "p@1"}
+"""Downstream scores read without fine-tuning: ``lama`` is the LAMA probe (``probe --world``) of the synthetic
+world's training facts through each objective's own head, macro P@1 at the last layer, every fact asked (an object
+its recipe's tokenizer splits ranked by its first token: the recipes' tokenizers differ, and LAMA's one-token
+restriction would ask each a different subset); it needs ``data`` to be that world, so the facts were in the
+pretraining text."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,11 @@ class ArenaConfig:
             encoder-decoder has ``num_layers`` in each stack, which its FLOPs pay for).
         seq_len: Tokens per row for every recipe (T5's raw rows are sized so its input has this length).
         batch_size: Rows per step for every recipe.
-        downstream: Tasks of :data:`DOWNSTREAM`, fine-tuned for ``finetune_steps`` steps each.
+        downstream: Tasks of :data:`DOWNSTREAM`, fine-tuned for ``finetune_steps`` steps each, and probes of
+            :data:`PROBES`.
         evaluations: Validations per pretraining run (the points of the loss-vs-FLOPs curves).
+        data: The pretraining text of every recipe (``--data.source``); None keeps each recipe's own (the
+            embedded corpus). ``world[:key=value,...]``, the synthetic knowledge world, makes ``lama`` measurable.
     """
 
     recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -63,15 +73,20 @@ class ArenaConfig:
     evaluations: int = 4
     val_batches: int = 10
     configs_dir: str = "configs"
+    data: str | None = None
 
     def __post_init__(self) -> None:
         if not self.recipes:
             raise ConfigError("arena: --recipes names no recipe")
         if not self.budgets or min(self.budgets) <= 0:
             raise ConfigError(f"arena: --budget-flops {list(self.budgets)} must be positive FLOP counts (e.g. 1e13)")
-        unknown = [t for t in self.downstream if t not in DOWNSTREAM]
+        unknown = [t for t in self.downstream if t not in DOWNSTREAM and t not in PROBES]
         if unknown:
-            raise ConfigError(f"arena: unknown --downstream task(s) {', '.join(unknown)}; valid: {', '.join(DOWNSTREAM)}")
+            raise ConfigError(f"arena: unknown --downstream task(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join([*DOWNSTREAM, *PROBES])}")
+        if "lama" in self.downstream and not is_world_spec(self.data or ""):
+            raise ConfigError(f"arena: --downstream lama probes the synthetic world's facts, so the recipes must be "
+                              f"pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
         for name in ("hidden_size", "num_heads", "num_layers", "intermediate_size", "seq_len", "batch_size",
                      "finetune_steps", "evaluations", "val_batches"):
             if getattr(self, name) < 1:
@@ -90,7 +105,7 @@ class ArenaConfig:
         size = {"hidden_size": self.hidden_size, "num_heads": self.num_heads, "num_layers": self.num_layers,
                 "intermediate_size": self.intermediate_size}
         return [f"--model.backbone_overrides={json.dumps(size)}", f"--data.seq_len={self.seq_len}",
-                f"--data.batch_size={self.batch_size}"]
+                f"--data.batch_size={self.batch_size}", *([f"--data.source={self.data}"] if self.data else [])]
 
 
 @dataclass
@@ -151,7 +166,9 @@ class Arena:
         (self.dir / "results").mkdir(parents=True, exist_ok=True)
         shape = {k: v for k, v in asdict(config).items() if k not in ("recipes", "budgets")}
         saved = self.dir / "arena.json"
-        if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) != json.loads(json.dumps(shape)):
+        defaults = {f.name: f.default for f in fields(ArenaConfig) if f.name not in ("recipes", "budgets")}
+        if saved.is_file() and {**json.loads(json.dumps(defaults)), **json.loads(saved.read_text(encoding="utf-8"))} \
+                != json.loads(json.dumps(shape)):  # a key added since that arena was run has its default there
             raise ConfigError(f"arena: {self.dir} holds an arena of another size, data shape or downstream setting "
                               f"(see {saved}); give another --dir (recipes and budgets may be added)")
         saved.write_text(json.dumps(shape, indent=1), encoding="utf-8")
@@ -225,9 +242,30 @@ class Arena:
             if not checkpoint:
                 result.errors[task] = "no last.ckpt was written"
                 continue
-            result.downstream[task] = self.finetune(result, task, checkpoint[-1])
+            score = self.finetune if task in DOWNSTREAM else self.probe
+            result.downstream[task] = score(result, task, checkpoint[-1])
         result.seconds = time.time() - start
         return result
+
+    def probe(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
+        """The LAMA probe of the world's training facts (canonical templates) on ``checkpoint``: macro P@1 at the
+        last layer (None on failure)."""
+        where = self.dir / "probe" / f"{result.recipe}@{result.budget:.3g}"
+        where.mkdir(parents=True, exist_ok=True)
+        out = where / f"{task}.json"
+        command = [sys.executable, "-m", "plm_lightning", "probe", str(checkpoint), "--world", str(self.config.data),
+                   "--split", "train", "--templates", "canonical", "--reader", "lens", "--objects", "first-token",
+                   "--out", str(out)]
+        with open(where / "output.log", "w", encoding="utf-8") as log:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+        if code.returncode != 0 or not out.is_file():
+            result.errors[task] = last_line((where / "output.log").read_text(encoding="utf-8"))
+            self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
+            return None
+        (reader,) = json.loads(out.read_text(encoding="utf-8"))["readers"]
+        score = reader["layers"][-1][PROBES[task]]
+        self.log(f"{result.recipe}: {task} P@1 = {score:.4f} over {reader['probes']} facts")
+        return score
 
     def finetune(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
         """Fine-tune ``checkpoint`` on ``task`` for the arena's steps; its validation score (None on failure)."""

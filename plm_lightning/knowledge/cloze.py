@@ -81,7 +81,7 @@ class ClozeReader:
             return Query(row, len(before), answer_ids)
         start = ids[getattr(self.module, "decoder_start_token", "pad")]
         if self.form == "t5":
-            sentinel = self.tokenizer.sentinel_ids()[0]
+            sentinel = int(self.tokenizer.sentinel_ids()[0])
             return Query((*before, sentinel, *after, ids["eos"]), 1, answer_ids, decoder_ids=(start, sentinel))
         encoder = (ids["bos"], *before, ids["mask"], *after, ids["eos"])
         decoder = (start, ids["bos"], *before)

@@ -64,6 +64,9 @@ def run_probe(argv: list[str]) -> None:
     parser.add_argument("--reader", default="lens", choices=["lens", "trained", "both"],
                         help="the model's own head at each layer (logit lens), per-layer heads trained on the frozen "
                              "model (BERTnesia), or both")
+    parser.add_argument("--objects", default="one-token", choices=["one-token", "first-token"],
+                        help="probes with one-token objects only (LAMA), or every probe ranked by its object's first "
+                             "token (tokenizers that split the names)")
     parser.add_argument("--head-steps", type=int, default=300, help="training steps of the per-layer heads")
     parser.add_argument("--corpus", default=None, help="text to train the per-layer heads on (a .txt/.jsonl; default "
                                                        "the world's documents)")
@@ -98,7 +101,7 @@ def run_probe(argv: list[str]) -> None:
         rows, texts = _read_jsonl(args.probes, "--probes"), None
     reports = []
     if args.reader in ("lens", "both"):
-        reports.append(probe(lm, rows))
+        reports.append(probe(lm, rows, first_token=args.objects == "first-token"))
     if args.reader in ("trained", "both"):
         if args.corpus:
             from plm_lightning.data.sources import load_documents
@@ -111,7 +114,7 @@ def run_probe(argv: list[str]) -> None:
         with Progress(transient=True) as bar:
             task = bar.add_task("training per-layer heads", total=args.head_steps)
             heads = train_layer_heads(lm, texts, args.head_steps, progress=lambda _: bar.advance(task))
-        reports.append(probe(lm, rows, heads))
+        reports.append(probe(lm, rows, heads, first_token=args.objects == "first-token"))
     payload = {"checkpoint": args.checkpoint, "readers": [r.summary() for r in reports]}
     _emit(payload, args.out)
     if args.json:

@@ -65,9 +65,10 @@ def check_probes(rows: Sequence[dict]) -> None:
             raise ConfigError(f"probe {i}: template {row['template']!r} needs one [Y] (object) and an [X] (subject)")
 
 
-def probe_queries(lm: LanguageModel, rows: Sequence[dict]) -> tuple[list[Query], list[int]]:
-    """Queries for the probes whose object is one token (for a causal LM: templates ending in ``[Y]``, maybe with
-    final punctuation); the indices of the rows kept."""
+def probe_queries(lm: LanguageModel, rows: Sequence[dict], first_token: bool = False) -> tuple[list[Query], list[int]]:
+    """Queries for the probes whose object is one token (LAMA's restriction), or with ``first_token`` every probe,
+    a multi-token object ranked by its first token (for a causal LM: templates ending in ``[Y]``, maybe with final
+    punctuation); the indices of the rows kept."""
     check_probes(rows)
     queries, kept = [], []
     for i, row in enumerate(rows):
@@ -77,7 +78,7 @@ def probe_queries(lm: LanguageModel, rows: Sequence[dict]) -> tuple[list[Query],
         prefix = before.replace("[X]", row["sub_label"])
         suffix = after.replace("[X]", row["sub_label"])
         query = lm.query(prefix, row["obj_label"], suffix)
-        if len(query.answer) == 1:
+        if len(query.answer) == 1 or (first_token and query.answer):
             queries.append(query)
             kept.append(i)
     return queries, kept
@@ -92,6 +93,8 @@ class ProbeReport:
     relations: list[str]
     rows: list[dict]
     skipped: int
+    objects: str = "one-token"
+    """``one-token``: probes with a one-token object only (LAMA); ``first-token``: every probe, by its first token."""
     layers: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -119,7 +122,8 @@ class ProbeReport:
                 for g, ix in sorted(groups.items())}
 
     def summary(self) -> dict:
-        return {"reader": self.reader, "probes": len(self.rows), "skipped_multi_token": self.skipped,
+        return {"reader": self.reader, "objects": self.objects, "probes": len(self.rows),
+                "skipped_multi_token": self.skipped,
                 "layers": self.layers, "forgotten": self.forgotten(), "by_relation": self.by("relation"),
                 "by_mentions": self.by("mentions") if any("mentions" in r for r in self.rows) else None}
 
@@ -130,14 +134,15 @@ def _rank(logits: Tensor, answers: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def probe(lm: LanguageModel, rows: Sequence[dict], heads: nn.ModuleList | None = None, batch_size: int = 64
-          ) -> ProbeReport:
+def probe(lm: LanguageModel, rows: Sequence[dict], heads: nn.ModuleList | None = None, batch_size: int = 64,
+          first_token: bool = False) -> ProbeReport:
     """Rank each probe's object at every layer, with the model's own head (``heads=None``) or trained per-layer
-    heads (:func:`train_layer_heads`)."""
-    queries, kept = probe_queries(lm, rows)
+    heads (:func:`train_layer_heads`); ``first_token`` keeps multi-token objects, ranked by their first token."""
+    queries, kept = probe_queries(lm, rows, first_token)
     if not queries:
         raise ConfigError(f"probe: none of the {len(rows)} probes has a one-token object under this tokenizer "
-                          "(and, for a causal LM, a template ending in [Y])")
+                          "(and, for a causal LM, a template ending in [Y]); --objects first-token ranks the first "
+                          "token of longer ones")
     layerwise = getattr(lm, "layerwise", True)
     if heads is not None and not layerwise:
         raise ConfigError(f"probe: per-layer heads (--reader trained) read one stack's layers; '{lm.name}' is an "
@@ -161,7 +166,8 @@ def probe(lm: LanguageModel, rows: Sequence[dict], heads: nn.ModuleList | None =
         ranks.append(torch.stack(per_layer))
     kept_rows = [dict(rows[i]) for i in kept]
     return ProbeReport("trained" if heads is not None else "lens", torch.cat(ranks, 1).cpu().numpy(),
-                       [r["relation"] for r in kept_rows], kept_rows, len(rows) - len(kept))
+                       [r["relation"] for r in kept_rows], kept_rows, len(rows) - len(kept),
+                       "first-token" if first_token else "one-token")
 
 
 def _layer_head(lm: LanguageModel) -> nn.Module:
