@@ -1,5 +1,6 @@
-"""The CLI's extra subcommands: ``inspect``, ``export``, ``import`` and ``predict CHECKPOINT PROMPTS`` (generation, or
-neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's)."""
+"""The CLI's extra subcommands: ``inspect``, ``export``, ``import``, ``predict CHECKPOINT PROMPTS`` (generation, or
+neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's), ``sweep``,
+``arena`` and ``prepare`` (C4 cleaning); the knowledge tools' commands are re-exported from ``knowledge``."""
 
 from __future__ import annotations
 
@@ -251,3 +252,57 @@ def run_arena(argv: list[str]) -> None:
     print(files["report"].read_text(encoding="utf-8"))
     print(f"results: {', '.join(str(p) for p in files.values())}")
 
+
+
+def run_prepare(argv: list[str]) -> None:
+    from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig
+
+    parser = _Parser(prog="plm_lightning prepare",
+                     description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
+                                 "report of what each step removed.")
+    parser.add_argument("source", help="a data.source: .txt/.jsonl/.parquet files, a directory or glob of them, a "
+                                       "saved Hugging Face dataset, or 'embedded'")
+    parser.add_argument("out", help="the JSONL file to write, one {\"text\": page} per line (a data.source itself)")
+    parser.add_argument("--steps", default=None,
+                        help=f"comma-separated steps, run in order, of {', '.join(STEPS)}; default: all of them in "
+                             "that order (bad_words only with --bad-words)")
+    parser.add_argument("--bad-words", default=None, help="a UTF-8 file, one word or phrase per line")
+    parser.add_argument("--min-words", type=int, default=5, help="fewest words a line keeps")
+    parser.add_argument("--min-sentences", type=int, default=3, help="fewest sentences a page keeps")
+    parser.add_argument("--language", default="en", help="the language a page must be in (ISO 639-1)")
+    parser.add_argument("--language-threshold", type=float, default=0.99, help="its least langid probability")
+    parser.add_argument("--dedup-span", type=int, default=3, help="sentences per deduplicated span")
+    parser.add_argument("--text-field", default="text", help="the text column of .jsonl/.parquet/dataset sources")
+    parser.add_argument("--report", default=None, help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.suffix != ".jsonl":
+        raise ConfigError(f"prepare: the output '{args.out}' must be a .jsonl file")
+    if args.steps is not None:
+        steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    else:
+        steps = tuple(s for s in STEPS if s != "bad_words" or args.bad_words)
+    config = CleaningConfig(steps=steps, min_words=args.min_words, min_sentences=args.min_sentences,
+                            bad_words=args.bad_words, language=args.language,
+                            language_threshold=args.language_threshold, dedup_span=args.dedup_span)
+    from plm_lightning.data.sources import load_documents
+    from plm_lightning.files import atomic_write
+    from plm_lightning.progress import progress_bar
+
+    pages = load_documents(args.source, args.text_field)[0]
+    cleaner = Cleaner(config)
+    advance = progress_bar(len(pages), "cleaning pages")
+    kept = []
+    for page in pages:
+        cleaned = cleaner.clean(page)
+        if cleaned is not None:
+            kept.append(cleaned)
+        advance()
+    atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
+                                                 encoding="utf-8"))
+    report = cleaner.report
+    if args.report:
+        atomic_write(Path(args.report), lambda tmp: tmp.write_text(json.dumps(report.as_dict(), indent=1),
+                                                                   encoding="utf-8"))
+    print(report.table())
+    print(f"wrote {len(kept):,} pages to {out}")
