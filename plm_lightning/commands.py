@@ -306,3 +306,41 @@ def run_prepare(argv: list[str]) -> None:
                                                                    encoding="utf-8"))
     print(report.table())
     print(f"wrote {len(kept):,} pages to {out}")
+
+
+def run_acceptability(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning acceptability",
+                     description="Minimal-pair acceptability (BLiMP): does the model score the acceptable sentence of "
+                                 "each pair higher (log-likelihood for causal LMs, pseudo-log-likelihood for masked "
+                                 "LMs)? Accuracy per phenomenon.")
+    parser.add_argument("checkpoint", help="a CausalLM / MaskedLM checkpoint of ours or a transformers directory")
+    parser.add_argument("--pairs", action="append", default=None,
+                        help="a BLiMP-format JSONL file (sentence_good, sentence_bad; repeatable); default: the "
+                             "built-in template pairs")
+    parser.add_argument("--builtin", type=int, default=100, help="built-in pairs per phenomenon (without --pairs)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the built-in pairs")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--out", default=None, help="also write the JSON report to this file")
+    args = parser.parse_args(argv)
+    from plm_lightning.evaluation import evaluate_pairs, read_pairs, template_pairs
+    from plm_lightning.knowledge.lm import LanguageModel
+    from plm_lightning.progress import progress_bar
+
+    if args.builtin < 1:
+        raise ConfigError(f"acceptability: --builtin={args.builtin} must be >= 1")
+    pairs = [p for path in args.pairs for p in read_pairs(path)] if args.pairs else template_pairs(args.builtin,
+                                                                                                 args.seed)
+    lm = LanguageModel.load(args.checkpoint)
+    report = evaluate_pairs(lm, pairs, progress_bar(len(pairs), "scoring pairs")).summary()
+    report["checkpoint"] = args.checkpoint
+    if args.out:
+        from plm_lightning.files import atomic_write
+
+        atomic_write(Path(args.out), lambda tmp: tmp.write_text(json.dumps(report, indent=1), encoding="utf-8"))
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"{report['pairs']} pairs, scored by {report['scoring']}")
+    for name, row in report["phenomena"].items():
+        print(f"{name:<32}{row['pairs']:>6}  accuracy {row['accuracy']:.3f}")
+    print(f"{'all':<32}{report['pairs']:>6}  accuracy {report['accuracy']:.3f} (macro {report['macro_accuracy']:.3f})")
