@@ -19,7 +19,8 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.objectives.base import PretrainingModule
 
 EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
-                  "edit", "sweep", "arena", "prepare", "acceptability")
+                  "edit", "sweep", "arena", "prepare", "acceptability",
+                  "prompt")
 
 
 def default_config_files() -> list[str]:
