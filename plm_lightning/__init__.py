@@ -29,8 +29,10 @@ from plm_lightning.data import (
     WordEmbeddingDataModule,
     embedded_corpus,
 )
+from plm_lightning.data.cleaning import Cleaner, CleaningConfig
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.errors import ConfigError
+from plm_lightning.evaluation import PromptScorer, evaluate_pairs, evaluate_prompts, template_pairs
 from plm_lightning.finetune import (
     ChoiceDataModule,
     ClassificationDataModule,
@@ -44,7 +46,7 @@ from plm_lightning.finetune import (
     TokenClassifier,
     WordTagger,
 )
-from plm_lightning.knowledge import MEMIT, MEND, ROME, LanguageModel, build_world
+from plm_lightning.knowledge import MEMIT, MEND, ROME, ClozeReader, LanguageModel, build_world
 from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderDecoder, ScalarMix, get_preset
 from plm_lightning.objectives import (
     ELECTRA,
@@ -67,14 +69,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
-    "ChoiceDataModule", "ClassificationDataModule", "CoVe", "ConfigError", "Decoder", "DistilBERT", "ELECTRA", "ELMo",
-    "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder", "FIMDataModule", "FastText", "GLMDataModule", "GloVe",
-    "LanguageModel", "MASSDataModule", "MEMIT", "MEND", "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule",
-    "MaskingConfig", "MetricsFile", "MultilingualDataModule", "MultilingualSpanCorruptionDataModule",
-    "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM", "PermutationLMDataModule",
-    "PretrainingModule", "QADataModule", "REALM", "REALMDataModule", "ROME", "RecurrentLMDataModule", "ScalarMix",
-    "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule", "SpanExtractor", "TaggingDataModule",
-    "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer", "ThroughputMFU", "TokenClassifier",
-    "TrainingSamples", "UL2DataModule", "UniLMDataModule", "Word2Vec", "WordEmbeddingDataModule", "WordTagger",
-    "build_world", "embedded_corpus", "get_preset", "mask_tokens",
+    "ChoiceDataModule", "ClassificationDataModule", "Cleaner", "CleaningConfig", "ClozeReader", "CoVe", "ConfigError",
+    "Decoder", "DistilBERT", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
+    "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "LanguageModel", "MASSDataModule", "MEMIT", "MEND",
+    "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MetricsFile", "MultilingualDataModule",
+    "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",
+    "PermutationLMDataModule", "PretrainingModule", "PromptScorer", "QADataModule", "REALM", "REALMDataModule",
+    "ROME", "RecurrentLMDataModule", "ScalarMix", "Seq2SeqLM", "SequenceClassifier", "SpanCorruptionDataModule",
+    "SpanExtractor", "TaggingDataModule", "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer",
+    "ThroughputMFU", "TokenClassifier", "TrainingSamples", "UL2DataModule", "UniLMDataModule", "Word2Vec",
+    "WordEmbeddingDataModule", "WordTagger", "build_world", "embedded_corpus", "evaluate_pairs", "evaluate_prompts",
+    "get_preset", "mask_tokens", "template_pairs",
 ]
