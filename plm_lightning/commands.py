@@ -218,11 +218,14 @@ def run_sweep(argv: list[str]) -> None:
 
 def run_arena(argv: list[str]) -> None:
     from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, Arena, ArenaConfig, write_report
+    from plm_lightning.arena.runner import split_recipes
 
     parser = _Parser(prog="plm_lightning arena",
                      description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
                                  "downstream tasks, and report which claims of the literature reproduce.")
-    parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES), help="comma-separated recipe names")
+    parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
+                        help="comma-separated recipe names; a variant: NAME[key=value;...], e.g. "
+                             "continuum[data.bidirectional_fraction=0.25]")
     parser.add_argument("--budget-flops", default="1e13", help="training FLOPs per run; a comma list draws curves")
     parser.add_argument("--dir", type=Path, default=Path("arena_runs"), help="where runs and results go")
     parser.add_argument("--downstream", default="code-or-prose,cloze-spans",
@@ -242,7 +245,7 @@ def run_arena(argv: list[str]) -> None:
     except ValueError as err:
         raise ConfigError(f"arena: --budget-flops {args.budget_flops!r} must be numbers such as 1e13,1e14") from err
     config = ArenaConfig(
-        recipes=tuple(r.strip() for r in args.recipes.split(",") if r.strip()), budgets=budgets,
+        recipes=split_recipes(args.recipes), budgets=budgets,
         downstream=tuple(t.strip() for t in args.downstream.split(",") if t.strip()), hidden_size=args.hidden_size,
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,

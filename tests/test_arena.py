@@ -27,6 +27,22 @@ def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
         ArenaConfig(**{**TINY, **changes})
 
 
+def test_recipe_variants_are_points_of_one_recipe() -> None:
+    from plm_lightning.arena.runner import recipe_variant, split_recipes
+
+    recipes = split_recipes("gpt2, continuum[data.bidirectional_fraction=0.25;data.prediction=masked],continuum")
+    assert recipes == ("gpt2", "continuum[data.bidirectional_fraction=0.25;data.prediction=masked]", "continuum")
+    config = ArenaConfig(**{**TINY, "recipes": recipes})
+    args = config.recipe_args(recipes[1])
+    assert args[:2] == ["--config", f"{CONFIGS}/continuum.yaml"] and args[2:-2] == config.overrides()
+    assert args[-2:] == ["--data.bidirectional_fraction=0.25", "--data.prediction=masked"]  # after the arena's shape
+    assert recipe_variant("bert") == ("bert", {})
+    for bad, words in (("continuum[bidirectional_fraction=1]", "dotted key"), ("bert]", "is not NAME"),
+                       ("nope[data.x=1]", "no recipe nope[data.x=1]")):
+        with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            ArenaConfig(**{**TINY, "recipes": (bad,)})
+
+
 def _result(recipe: str, scores: dict[str, float], target: float | None = None) -> RunResult:
     return RunResult(recipe, 1e12, steps=10, flops=1e12, flops_per_step=1e11, downstream=scores,
                      val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5,

@@ -24,7 +24,7 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
                                     "mt5", "ul2", "ul2-decoder", "mass", "bart", "glm", "unilm", "gpt2",
-                                    "gpt2-fim", "gpt3", "xlnet", "transformer-xl"])
+                                    "gpt2-fim", "gpt3", "xlnet", "transformer-xl", "continuum"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     steps = 80 if recipe == "mass" else 40  # MASS predicts half of every row: its loss falls more slowly at first
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK, "--trainer.max_steps", str(steps)],

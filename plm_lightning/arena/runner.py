@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,7 +48,10 @@ class ArenaConfig:
     downstream tasks every result is fine-tuned and scored on.
 
     Attributes:
-        recipes: Recipe names of ``configs_dir`` (Transformer objectives; the word-level ones have no backbone).
+        recipes: Recipe names of ``configs_dir`` (Transformer objectives; the word-level ones have no backbone),
+            each optionally a variant with its own settings, ``name[key=value;key=value]`` (e.g.
+            ``continuum[data.bidirectional_fraction=0.25;data.prediction=masked]``): points of one recipe compared
+            as recipes.
         budgets: Training FLOPs per run; several budgets give the score-vs-FLOPs curves.
         hidden_size: The common backbone width (and ``num_heads``, ``num_layers``, ``intermediate_size``; an
             encoder-decoder has ``num_layers`` in each stack, which its FLOPs pay for).
@@ -94,11 +98,21 @@ class ArenaConfig:
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"arena: --hidden-size {self.hidden_size} must be a multiple of --num-heads "
                               f"{self.num_heads}")
-        missing = [r for r in self.recipes if not (Path(self.configs_dir) / f"{r}.yaml").is_file()]
+        for recipe in self.recipes:
+            recipe_variant(recipe)  # a malformed variant is a one-line error
+        missing = [r for r in self.recipes if not self.recipe_file(r).is_file()]
         if missing:
             found = sorted(p.stem for p in Path(self.configs_dir).glob("*.yaml"))
             raise ConfigError(f"arena: no recipe {', '.join(missing)} in {self.configs_dir}/ (valid: "
                               f"{', '.join(found) or 'none: run from the repository root or pass --configs-dir'})")
+
+    def recipe_file(self, recipe: str) -> Path:
+        return Path(self.configs_dir) / f"{recipe_variant(recipe)[0]}.yaml"
+
+    def recipe_args(self, recipe: str) -> list[str]:
+        """``--config`` of the recipe's YAML, the arena's shape, then the variant's own settings."""
+        return ["--config", str(self.recipe_file(recipe)), *self.overrides(),
+                *(f"--{k}={v}" for k, v in recipe_variant(recipe)[1].items())]
 
     def overrides(self) -> list[str]:
         """The command-line options that put a recipe at the arena's size and data shape."""
@@ -106,6 +120,26 @@ class ArenaConfig:
                 "intermediate_size": self.intermediate_size}
         return [f"--model.backbone_overrides={json.dumps(size)}", f"--data.seq_len={self.seq_len}",
                 f"--data.batch_size={self.batch_size}", *([f"--data.source={self.data}"] if self.data else [])]
+
+
+def recipe_variant(recipe: str) -> tuple[str, dict[str, str]]:
+    """``name[key=value;...]`` -> (name, {key: value}); a plain name has no settings."""
+    match = re.fullmatch(r"([\w.-]+)(?:\[(.*)\])?", recipe.strip())
+    if match is None:
+        raise ConfigError(f"arena: recipe {recipe!r} is not NAME or NAME[key=value;...]")
+    settings: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (match.group(2) or "").split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or "." not in key:
+            raise ConfigError(f"arena: {recipe!r}: {item!r} is not key=value with a dotted key (data.x=..., "
+                              "model.x=...)")
+        settings[key.strip()] = value.strip()
+    return match.group(1), settings
+
+
+def split_recipes(text: str) -> tuple[str, ...]:
+    """A ``--recipes`` list: commas outside brackets separate recipes."""
+    return tuple(r.strip() for r in re.split(r",(?![^\[]*\])", text) if r.strip())
 
 
 @dataclass
@@ -135,7 +169,8 @@ def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str
     from plm_lightning.inspection import build_datamodule, corruption_statistics
     from plm_lightning.objectives.base import PretrainingModule
 
-    datamodule, model = build_datamodule([str(Path(config.configs_dir) / f"{recipe}.yaml")], config.overrides())
+    args = config.recipe_args(recipe)
+    datamodule, model = build_datamodule([args[1]], args[2:])
     if not isinstance(model, PretrainingModule) or not hasattr(datamodule, "seq_len"):
         raise ConfigError(f"arena: {recipe} is not a Transformer pretraining recipe (the arena compares objectives "
                           "on one backbone size)")
@@ -223,9 +258,9 @@ class Arena:
         where = self.dir / "runs" / f"{recipe}@{budget:.3g}"
         interval = max(1, steps // config.evaluations)
         code, line, rows = self._fit(
-            ["--config", str(Path(config.configs_dir) / f"{recipe}.yaml"), *config.overrides(),
-             f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1", f"--trainer.val_check_interval={interval}",
-             "--trainer.check_val_every_n_epoch=null", f"--trainer.limit_val_batches={config.val_batches}"], where)
+            [*config.recipe_args(recipe), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+             f"--trainer.val_check_interval={interval}", "--trainer.check_val_every_n_epoch=null",
+             f"--trainer.limit_val_batches={config.val_batches}"], where)
         if code != 0:
             result.errors["pretraining"] = line
             self.log(f"{recipe}: pretraining failed: {line}")
