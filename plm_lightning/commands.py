@@ -69,6 +69,8 @@ def run_inspect(argv: list[str]) -> None:
     parser.add_argument("--all-recipes", action="store_true", help="with --png: one grid of every recipe's mask")
     parser.add_argument("--recipes", default=None, help="with --all-recipes: a comma-separated subset (e.g. bert,t5)")
     parser.add_argument("--configs-dir", type=Path, default=Path("configs"), help="where --all-recipes finds recipes")
+    parser.add_argument("--max-documents", type=int, default=None,
+                        help="with --all-recipes: build each recipe from the first N documents of its text (quicker)")
     parser.add_argument("--width", type=int, default=None, help="tokens shown (text: 24, picture: 32)")
     args, rest = parser.parse_known_args(argv)
     if args.batches < 1:
@@ -108,8 +110,11 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
         if args.config:
             raise ConfigError("plm_lightning inspect: --all-recipes draws every recipe of --configs-dir; drop --config")
         names = [n.strip() for n in args.recipes.split(",") if n.strip()] if args.recipes else None
+        if args.max_documents is not None and args.max_documents < 1:
+            raise ConfigError(f"plm_lightning inspect: --max-documents={args.max_documents} must be >= 1")
         drawn, skipped = picture.draw_all_recipes(picture.recipe_configs(args.configs_dir, names), args.png,
-                                                  overrides, width, log=lambda m: print(m, file=sys.stderr))
+                                                  overrides, width, log=lambda m: print(m, file=sys.stderr),
+                                                  max_documents=args.max_documents)
         print(f"drew {len(drawn)} recipes to {args.png}" + (f" ({len(skipped)} not drawn: {', '.join(skipped)})"
                                                             if skipped else ""))
         return
@@ -368,11 +373,12 @@ def run_prompt(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"prompt: --limit={args.limit} must be >= 1")
-    from plm_lightning.evaluation.prompting import PromptScorer, evaluate_prompts, load_prompt_task
+    from plm_lightning.evaluation.prompting import PromptScorer, demonstrations, evaluate_prompts, load_prompt_task
     from plm_lightning.prediction import load_generator
     from plm_lightning.progress import progress_bar
 
-    splits = load_prompt_task(args.task)  # bad task specs fail before the model loads
+    splits = load_prompt_task(args.task)  # bad task specs and shot counts fail before the model loads
+    demonstrations(splits["train"], args.shots, args.seed)
     count = min(len(splits[args.split]), args.limit or len(splits[args.split]))
     scorer = PromptScorer(*load_generator(args.checkpoint))
     report = evaluate_prompts(scorer, args.task, args.shots, args.seed, args.split, args.limit, args.normalize,

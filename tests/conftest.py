@@ -38,6 +38,21 @@ def run_cli(args: list[str], cwd: Path, timeout: int = 600, env: dict | None = N
                           timeout=timeout, env=full_env)
 
 
+def cli_error(args: list[str], capsys: pytest.CaptureFixture) -> str:
+    """Run the CLI's ``main(ARGS)`` in this process (no interpreter start-up) for an input it must refuse; assert the
+    contract a user sees (exit code 2, exactly one ``plm_lightning: error:`` line on stderr, no traceback) and return
+    that line."""
+    from plm_lightning.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.startswith("plm_lightning: error:")]
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
 def masked_batch(batch: int = 3, length: int = 40, vocab: int = 101, mask_prob: float = 0.15, seed: int = 1,
                  pad_from: int | None = 30) -> dict:
     """A small MLM batch in the collators' format: the last row padded from ``pad_from``, ~``mask_prob`` of the real

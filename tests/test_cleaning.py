@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig, ends_in_terminal_punctuation, word_count
 from plm_lightning.errors import ConfigError
-from tests.conftest import run_cli
+from tests.conftest import cli_error, run_cli
 
 GOOD = ["The river rises in the northern hills every spring.", "Farmers along its banks plant rice in early May.",
         "By autumn the water has fallen to half its height."]
@@ -126,7 +126,7 @@ def test_bad_settings_are_one_line_errors(config: dict, words: str) -> None:
         CleaningConfig(**config)
 
 
-def test_prepare_cli_writes_a_corpus_and_its_report(tmp_path) -> None:
+def test_prepare_cli_writes_a_corpus_and_its_report(tmp_path, capsys) -> None:
     pages = ["\n".join([*GOOD, "Share this page"]), "Buy now!", "\n".join(GOOD),
              "\n".join([*GOOD, "The set is written {1, 2, 3} in code."])]
     (tmp_path / "raw.jsonl").write_text("".join(json.dumps({"text": p}) + "\n" for p in pages))
@@ -140,6 +140,6 @@ def test_prepare_cli_writes_a_corpus_and_its_report(tmp_path) -> None:
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["pages_in"] == 4 and report["pages_out"] == 1 and report["steps"]["dedup"]["pages_removed"] == 1
     assert "wrote 1 pages" in res.stdout
-    bad = run_cli(["prepare", str(tmp_path / "raw.jsonl"), str(tmp_path / "o.jsonl"), "--bad-words",
-                   str(tmp_path / "missing.txt")], cwd=tmp_path)
-    assert bad.returncode != 0 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+    error = cli_error(["prepare", str(tmp_path / "raw.jsonl"), str(tmp_path / "o.jsonl"), "--bad-words",
+                       str(tmp_path / "missing.txt")], capsys)
+    assert "--bad-words: no such file" in error

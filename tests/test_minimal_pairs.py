@@ -17,7 +17,7 @@ from plm_lightning.evaluation import (
     template_pairs,
 )
 from plm_lightning.knowledge.lm import LanguageModel
-from tests.conftest import run_cli, tiny_pretrained
+from tests.conftest import cli_error, run_cli, tiny_pretrained
 
 SENTENCE = "The function returns a new list of values."
 
@@ -76,7 +76,7 @@ def test_the_choice_is_the_higher_score_per_phenomenon(models) -> None:
     assert evaluate_pairs(models[1]["bert"], pairs[:2]).scoring == "pseudo-log-likelihood"
 
 
-def test_blimp_files_and_bad_input(tmp_path, models) -> None:
+def test_blimp_files_and_bad_input(tmp_path, models, capsys) -> None:
     good = tmp_path / "anaphor.jsonl"
     good.write_text(json.dumps({"sentence_good": "Mary saw herself.", "sentence_bad": "Mary saw himself.",
                                 "UID": "anaphor_gender_agreement"}) + "\n\n")
@@ -92,5 +92,4 @@ def test_blimp_files_and_bad_input(tmp_path, models) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads(res.stdout.strip().splitlines()[-1])
     assert report["pairs"] == 1 and list(report["phenomena"]) == ["anaphor_gender_agreement"]
-    bad = run_cli(["acceptability", path, "--pairs", str(tmp_path / "empty.jsonl")], cwd=tmp_path)
-    assert bad.returncode != 0 and "holds no pair" in bad.stderr and "Traceback" not in bad.stderr
+    assert "holds no pair" in cli_error(["acceptability", path, "--pairs", str(tmp_path / "empty.jsonl")], capsys)

@@ -18,7 +18,7 @@ from plm_lightning.evaluation import (
 )
 from plm_lightning.generation import sequence_logprob
 from plm_lightning.prediction import load_generator
-from tests.conftest import run_cli, tiny_pretrained
+from tests.conftest import cli_error, run_cli, tiny_pretrained
 
 CHOICES = [{"context": "The function returns", "choices": ["a list.", "the value of x plus one.", "None."], "label": 1},
            {"context": "Open the file and", "choices": ["read it.", "close it later."], "label": 0},
@@ -83,7 +83,7 @@ def test_generation_tasks_score_exact_match_and_rouge(scorers, tmp_path) -> None
     assert all(isinstance(p["output"], str) and "\n" not in p["output"] for p in report.predictions)
 
 
-def test_offline_tasks_and_cli(scorers, tmp_path) -> None:
+def test_offline_tasks_and_cli(scorers, tmp_path, capsys) -> None:
     splits = load_prompt_task("offline:code_or_prose")
     assert splits["train"][0].candidates == (" prose", " code") and "Is this code or prose?" in splits["train"][0].prompt
     with pytest.raises(ConfigError, match="is not one of offline:code_or_prose"):
@@ -95,5 +95,5 @@ def test_offline_tasks_and_cli(scorers, tmp_path) -> None:
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["examples"] == 4 and summary["shots"] == 2 and 0 <= summary["accuracy"] <= 1
     (tmp_path / "one.jsonl").write_text(json.dumps(CHOICES[0]) + "\n")
-    bad = run_cli(["prompt", path, "--task", f"choices:{tmp_path / 'one.jsonl'}", "--shots", "5"], cwd=tmp_path)
-    assert bad.returncode != 0 and "--shots=5 is more than the 1 examples" in bad.stderr and "Traceback" not in bad.stderr
+    error = cli_error(["prompt", path, "--task", f"choices:{tmp_path / 'one.jsonl'}", "--shots", "5"], capsys)
+    assert "--shots=5 is more than the 1 examples" in error

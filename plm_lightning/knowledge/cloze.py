@@ -22,14 +22,16 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.lm import Query
+from plm_lightning.knowledge.lm import ModelView, Query
 
 CLOZE_OBJECTIVES = ("Seq2SeqLM", "PermutationLM")
 
 
-class ClozeReader:
+class ClozeReader(ModelView):
     """An encoder-decoder (T5 sentinel or BART mask form) or XLNet model asked cloze queries, in eval mode."""
 
+    objectives = CLOZE_OBJECTIVES
+    purpose = "the cloze reader"
     causal = False
     layerwise = False
 
@@ -51,22 +53,6 @@ class ClozeReader:
             raise ConfigError(f"'{name}': an encoder-decoder whose tokenizer has neither sentinels (<extra_id_0>, T5) "
                               "nor <s>/<mask> with an </s> decoder start (BART); the cloze reader cannot ask it")
         tokenizer.require(("pad", "eos") if not self.permutation else (), "the cloze reader")
-
-    @classmethod
-    def load(cls, path: str | Path) -> ClozeReader:
-        from plm_lightning.interop.io import load_pretrained
-
-        if not Path(path).exists():
-            raise ConfigError(f"no such checkpoint or transformers directory: '{path}'")
-        module, tokenizer = load_pretrained(path, CLOZE_OBJECTIVES, "the cloze reader")
-        return cls(module, tokenizer, str(path))
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.module.parameters()).device
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode_batch([text])[0] if text else []
 
     def query(self, prefix: str, answer: str = "", suffix: str = "", subject: str | None = None) -> Query:
         """The cloze ``prefix [answer] suffix`` in this model's form; ``position`` indexes the decoder input

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
@@ -34,8 +35,38 @@ class Query:
     """Encoder-decoders: the decoder's teacher-forced input; ``position`` is then a decoder position."""
 
 
-class LanguageModel:
+class ModelView:
+    """A trained model of ours (or imported from transformers) with its tokenizer, in eval mode: what
+    :class:`LanguageModel` and :class:`~plm_lightning.knowledge.cloze.ClozeReader` share."""
+
+    objectives: tuple[str, ...] = ()
+    """The objectives :meth:`load` accepts."""
+    purpose = "this tool"
+    module: nn.Module
+    tokenizer: Any
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        from plm_lightning.interop.io import load_pretrained
+
+        if not Path(path).exists():
+            raise ConfigError(f"no such checkpoint or transformers directory: '{path}'")
+        module, tokenizer = load_pretrained(path, cls.objectives, cls.purpose)
+        return cls(module, tokenizer, str(path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode_batch([text])[0] if text else []
+
+
+class LanguageModel(ModelView):
     """A causal or masked LM of ours (or imported from transformers) with its tokenizer, in eval mode."""
+
+    objectives = LM_OBJECTIVES
+    purpose = "the knowledge tools"
 
     def __init__(self, module: nn.Module, tokenizer, name: str = "model") -> None:  # noqa: ANN001
         kind = type(module).__name__
@@ -48,15 +79,6 @@ class LanguageModel:
             raise ConfigError(f"'{name}' is a Transformer-XL model; the knowledge tools read Decoder/Encoder stacks")
         needed = ("eos",) if self.causal else ("cls", "sep", "mask")
         tokenizer.require(needed, "the knowledge tools")
-
-    @classmethod
-    def load(cls, path: str | Path) -> LanguageModel:
-        from plm_lightning.interop.io import load_pretrained
-
-        if not Path(path).exists():
-            raise ConfigError(f"no such checkpoint or transformers directory: '{path}'")
-        module, tokenizer = load_pretrained(path, LM_OBJECTIVES, "the knowledge tools")
-        return cls(module, tokenizer, str(path))
 
     # -- structure ------------------------------------------------------------------------------------------------
     @property
@@ -82,14 +104,7 @@ class LanguageModel:
     def ffn(self, layer: int) -> nn.Module:
         return self.block(layer).ffn
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.module.parameters()).device
-
     # -- queries --------------------------------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode_batch([text])[0] if text else []
-
     def query(self, prefix: str, answer: str = "", suffix: str = "", subject: str | None = None) -> Query:
         """The cloze ``prefix [answer] suffix``; ``subject`` (a substring of ``prefix``) has its token span recorded."""
         prefix = prefix.rstrip()
