@@ -38,6 +38,16 @@ def run_cli(args: list[str], cwd: Path, timeout: int = 600, env: dict | None = N
                           timeout=timeout, env=full_env)
 
 
+def cli_output(args: list[str], capsys: pytest.CaptureFixture) -> str:
+    """Run the CLI's ``main(ARGS)`` in this process (an extra subcommand such as ``inspect``, without the seconds of
+    a new interpreter's imports) and return what it printed; it must not exit with an error."""
+    from plm_lightning.cli import main
+
+    capsys.readouterr()
+    main(args)
+    return capsys.readouterr().out
+
+
 def cli_error(args: list[str], capsys: pytest.CaptureFixture) -> str:
     """Run the CLI's ``main(ARGS)`` in this process (no interpreter start-up) for an input it must refuse; assert the
     contract a user sees (exit code 2, exactly one ``plm_lightning: error:`` line on stderr, no traceback) and return

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli_error, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +62,9 @@ def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
     (["trace-facts", "{ckpt}", "--world", "{world}", "--methods", "bm26"], "use some of"),
     (["causal-trace", "{ckpt}", "--prompt", "Someone was born in", "--subject", "Nobody"], "does not occur"),
 ])
-def test_knowledge_errors_are_one_line(world_gpt: dict, tmp_path, args: list[str], words: str) -> None:
+def test_knowledge_errors_are_one_line(world_gpt: dict, tmp_path, args: list[str], words: str, capsys) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"prompt": "Someone was born in", "subject": "Nobody", "target_new": "Lorjun"}]))
     fill = {"{ckpt}": world_gpt["last"], "{world}": world_gpt["world"], "{bad}": str(bad),
             "{missing}": str(tmp_path / "missing.jsonl")}
-    result = run_cli([fill.get(a, a) for a in args], cwd=ROOT)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.stderr
+    assert words in cli_error([fill.get(a, a) for a in args], capsys)  # in-process: exit 2, one line, no traceback
