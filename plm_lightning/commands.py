@@ -299,13 +299,7 @@ def run_prepare(argv: list[str]) -> None:
 
     pages = load_documents(args.source, args.text_field)[0]
     cleaner = Cleaner(config)
-    advance = progress_bar(len(pages), "cleaning pages")
-    kept = []
-    for page in pages:
-        cleaned = cleaner.clean(page)
-        if cleaned is not None:
-            kept.append(cleaned)
-        advance()
+    kept = list(cleaner.run(pages, progress_bar(len(pages), "cleaning pages")))
     atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
                                                  encoding="utf-8"))
     report = cleaner.report

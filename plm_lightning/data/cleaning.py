@@ -217,9 +217,12 @@ class Cleaner:
         self.report.lines_out += len(lines)
         return "\n".join(lines)
 
-    def run(self, pages: Iterable[str]) -> Iterator[str]:
+    def run(self, pages: Iterable[str], progress: Callable[[], None] | None = None) -> Iterator[str]:
+        """The pages that survive, cleaned, in order; ``progress`` is called once per page read."""
         for page in pages:
             cleaned = self.clean(page)
+            if progress is not None:
+                progress()
             if cleaned is not None:
                 yield cleaned
 
