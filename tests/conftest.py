@@ -29,13 +29,62 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-def run_cli(args: list[str], cwd: Path, timeout: int = 600, env: dict | None = None):
-    """Run ``python -m plm_lightning ARGS`` in a subprocess, as a user would."""
+def run_cli(args: list[str], cwd: Path, timeout: int = 600, env: dict | None = None, fresh: bool = False):
+    """Run ``python -m plm_lightning ARGS`` as a user would: in a process of its own, with its own working directory,
+    environment, stdout/stderr and exit status. By default the process is forked from a zygote that has already
+    imported the package (``tests/_cli_child.py``), which saves a new interpreter's ~10 s of imports per run;
+    ``fresh=True`` starts a real interpreter, for the runs that need one (Lightning's launchers re-run the command
+    line)."""
     import subprocess
+    import tempfile
 
     full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "plm_lightning", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+    if fresh:
+        return subprocess.run([sys.executable, "-m", "plm_lightning", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout, env=full_env)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        code = _zygote().run({"args": list(args), "cwd": str(cwd), "env": full_env, "stdout": str(out),
+                              "stderr": str(err)}, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(["plm_lightning", *args], timeout)
+        return subprocess.CompletedProcess(["plm_lightning", *args], code, out.read_text(), err.read_text())
+
+
+class _Zygote:
+    """This worker's ``tests/_cli_child.py`` server: one request at a time (a worker runs one test at a time)."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_cli_child.py")],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+    def run(self, request: dict, timeout: float) -> int | None:
+        """The child's exit status, or None when it ran past ``timeout`` seconds (then it is killed)."""
+        import json
+        import select
+        import signal
+
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        pid = json.loads(self.process.stdout.readline())["pid"]
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            self.process.stdout.readline()
+            return None
+        return json.loads(self.process.stdout.readline())["code"]
+
+
+_ZYGOTE: list[_Zygote] = []
+
+
+def _zygote() -> _Zygote:
+    if not _ZYGOTE or _ZYGOTE[0].process.poll() is not None:
+        _ZYGOTE[:] = [_Zygote()]
+    return _ZYGOTE[0]
 
 
 def cli_output(args: list[str], capsys: pytest.CaptureFixture) -> str:
