@@ -10,6 +10,7 @@ from plm_lightning.data import (
     CausalLMCollator,
     CausalLMDataModule,
     ERNIE2DataModule,
+    ERNIETHUDataModule,
     FIMDataModule,
     GLMDataModule,
     MaskedLMCollator,
@@ -51,6 +52,7 @@ from plm_lightning.nn import PRESETS, BackboneConfig, Decoder, Encoder, EncoderD
 from plm_lightning.objectives import (
     ELECTRA,
     ERNIE2,
+    ERNIETHU,
     REALM,
     CausalLM,
     CoVe,
@@ -70,7 +72,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AtomicCheckpointIO", "BARTDataModule", "BackboneConfig", "CausalLM", "CausalLMCollator", "CausalLMDataModule",
     "ChoiceDataModule", "ClassificationDataModule", "Cleaner", "CleaningConfig", "ClozeReader", "CoVe", "ConfigError",
-    "Decoder", "DistilBERT", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "Encoder", "EncoderDecoder",
+    "Decoder", "DistilBERT", "ELECTRA", "ELMo", "ERNIE2", "ERNIE2DataModule", "ERNIETHU", "ERNIETHUDataModule",
+    "Encoder", "EncoderDecoder",
     "FIMDataModule", "FastText", "GLMDataModule", "GloVe", "LanguageModel", "MASSDataModule", "MEMIT", "MEND",
     "MaskedLM", "MaskedLMCollator", "MaskedLMDataModule", "MaskingConfig", "MetricsFile", "MultilingualDataModule",
     "MultilingualSpanCorruptionDataModule", "MultipleChoice", "PRESETS", "ParallelDataModule", "PermutationLM",

@@ -24,7 +24,8 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
 @pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
                                     "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
                                     "mt5", "ul2", "ul2-decoder", "mass", "bart", "glm", "unilm", "gpt2",
-                                    "gpt2-fim", "gpt3", "xlnet", "transformer-xl", "continuum"])
+                                    "gpt2-fim", "gpt3", "xlnet", "transformer-xl", "continuum",
+                                    "ernie-thu"])
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     steps = 80 if recipe == "mass" else 40  # MASS predicts half of every row: its loss falls more slowly at first
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK, "--trainer.max_steps", str(steps)],
@@ -43,7 +44,7 @@ def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     for r in val:  # perplexity is exp of the LM cross-entropy alone, never of NSP or SBO added to it
         assert abs(float(r["val/perplexity"]) - math.exp(float(r["val/lm_loss"]))) < 1e-3 * float(r["val/perplexity"])
     checkpoint = torch.load(ckpt, weights_only=True)
-    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA", "ERNIE2", "Seq2SeqLM",
+    assert checkpoint["plm_lightning"]["objective"] in ("MaskedLM", "CausalLM", "ELECTRA", "ERNIE2", "ERNIETHU", "Seq2SeqLM",
                                                         "PermutationLM")
     assert checkpoint["global_step"] == steps
 
@@ -186,7 +187,7 @@ def test_json_config_roundtrip_of_cli_defaults():
                                               ("mt5", "Seq2SeqLM"), ("ul2", "Seq2SeqLM"),
                                               ("mass", "Seq2SeqLM"), ("bart", "Seq2SeqLM"), ("glm", "CausalLM"),
                                               ("unilm", "MaskedLM"), ("ul2-decoder", "CausalLM"), ("gpt2", "CausalLM"),
-                                              ("gpt2-fim", "CausalLM")])
+                                              ("gpt2-fim", "CausalLM"), ("ernie-thu", "ERNIETHU")])
 def test_inspect_json_statistics(recipe, objective, capsys):
     out = cli_output(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--batches", "5", "--json"],
                      capsys)  # in-process: the CLI contract itself is checked by the subprocess tests
@@ -234,6 +235,9 @@ def test_inspect_json_statistics(recipe, objective, capsys):
         assert abs(stats["loss_fraction"] - 0.15) < 0.01 and abs(stats["mean_span_length"] - 3.0) < 0.2
         assert stats["input_length_mean"] == 128 and abs(stats["target_length_mean"] / 128 - 0.22) < 0.02
         assert stats["mask_token_fraction"] is None
+    elif recipe == "ernie-thu":  # Zhang et al. 2019: BERT masking + 5% replaced / 15% masked alignments
+        assert abs(stats["mask_token_fraction"] - 0.8) < 0.06 and stats["entities_per_sequence"] > 2
+        assert abs(stats["entity_masked_fraction"] - 0.15) < 0.05 and abs(stats["entity_replaced_fraction"] - 0.05) < 0.03
     elif recipe == "modernbert":  # Warner et al. 2024: 30% masking
         assert abs(stats["loss_fraction"] - 0.30) < 0.01
     elif recipe not in ("gpt2", "gpt2-fim"):

@@ -4,6 +4,7 @@ from plm_lightning.data.bart import BARTCollator, BARTDataModule
 from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
 from plm_lightning.data.continuum import ContinuumCollator, ContinuumDataModule
 from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
+from plm_lightning.data.entity_fusion import EntityFusionCollator, ERNIETHUDataModule
 from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
 from plm_lightning.data.fim import FIMCollator, FIMDataModule
 from plm_lightning.data.glm import GLMCollator, GLMDataModule
@@ -36,8 +37,8 @@ from plm_lightning.data.xlnet import PermutationLMCollator, PermutationLMDataMod
 
 __all__ = [
     "BARTCollator", "BARTDataModule", "BlockDataset", "CausalLMCollator", "CausalLMDataModule", "ContinuumCollator",
-    "ContinuumDataModule", "ERNIE2Collator",
-    "ERNIE2DataModule", "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
+    "ContinuumDataModule", "ERNIE2Collator", "ERNIE2DataModule", "ERNIETHUDataModule", "EntityFusionCollator",
+    "FIMCollator", "FIMDataModule", "GLMCollator", "GLMDataModule", "MASSCollator",
     "MASSDataModule", "MaskedLMCollator", "MaskedLMDataModule", "MixtureSampler", "MultilingualDataModule",
     "MultilingualMLMCollator", "MultilingualSpanCorruptionDataModule", "PackedBlocks", "ParallelDataModule",
     "REALMCollator", "REALMDataModule",

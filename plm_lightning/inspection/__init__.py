@@ -13,6 +13,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.inspection.batches import sample_batches, stream_mix
 from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
+from plm_lightning.inspection.entities import collect_entities, entity_summary, render_entities
 from plm_lightning.inspection.permutation import permutation_statistics, render_permutation
 from plm_lightning.inspection.picture import self_attention
 from plm_lightning.nn.masks import ATTENTION_KINDS
@@ -98,7 +99,10 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
     kinds: list[int] = []
     ernie2: dict[str, list] = {"forms": [], "active": [], "reorder": [], "distance": [], "capitalization": [],
                                "relation": []}
+    entities = {"rows": 0, "aligned": 0, "masked": 0, "replaced": 0}
     for samples, batch in sample_batches(datamodule, batches):
+        if "entity_candidates" in batch:
+            collect_entities(entities, samples, batch)
         if "task_type_ids" in batch:
             _collect_ernie2(ernie2, collate, samples, batch)
         if "stream" in batch:
@@ -150,6 +154,7 @@ def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) 
         "stages": {collate.stages[k]: stages.count(k) for k in sorted(set(stages))} if stages else None,
         **stream_mix(datamodule, streams),
         **_ernie2_summary(ernie2, collate),
+        **entity_summary(entities),
         **({"fim_document_fraction": fim[0] / fim[1]} if fim[1] else {}),
         **({"attention_kind_fraction": {ATTENTION_KINDS[k]: kinds.count(k) / len(kinds) for k in sorted(set(kinds))}}
            if kinds else {}),
@@ -260,6 +265,8 @@ def render(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24,
         out.write(f"stage: {datamodule.collator().stages[int(batch['knowledge_stage'][0])]}\n\n")
     if "task_type_ids" in batch:
         _render_ernie2(datamodule, samples[0], batch, tok, real, out)
+    if "entity_candidates" in batch:
+        render_entities(datamodule, samples[0], batch, tok, real, out)
     out.write(f"corrupted input:\n  {show(ids)}\n\n")
     targets = " ".join(f"{i}:{tok.id_to_token(t)}" for i, t in enumerate(labels) if t != IGNORE_INDEX)
     out.write(f"targets (position:token):\n  {targets}\n\n")

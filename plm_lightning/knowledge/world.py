@@ -220,7 +220,10 @@ class World:
 
     def save(self, directory: str | Path) -> dict[str, str]:
         """Write ``corpus.jsonl`` (text + fact ids), ``facts.jsonl``, ``probes.jsonl`` (LAMA, canonical templates),
-        ``paraphrase_probes.jsonl`` and ``counterfact.json``."""
+        ``paraphrase_probes.jsonl``, ``counterfact.json`` and the facts as a knowledge graph (``graph.tsv``,
+        ``graph_aliases.tsv``: ERNIE-THU's ``data.graph`` / ``data.graph_aliases``)."""
+        from plm_lightning.knowledge.graph import graph_from_world
+
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         files = {
@@ -233,7 +236,9 @@ class World:
             (out / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         (out / "counterfact.json").write_text(json.dumps(self.edit_requests(), indent=1), encoding="utf-8")
         (out / "world.json").write_text(json.dumps({"spec": self.config.spec}), encoding="utf-8")
-        return {name: str(out / name) for name in [*files, "counterfact.json", "world.json"]}
+        graph_from_world(self).save(out / "graph.tsv", out / "graph_aliases.tsv")
+        return {name: str(out / name) for name in [*files, "counterfact.json", "world.json", "graph.tsv",
+                                                   "graph_aliases.tsv"]}
 
 
 def prompt_of(template: str) -> str:

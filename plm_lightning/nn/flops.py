@@ -42,3 +42,13 @@ def seq2seq_training_flops(cfg: BackboneConfig, batch_size: int, input_len: int,
                + 4 * cfg.num_layers * (target_len + input_len) * h * dec_tokens)
     head = 2 * loss_tokens * h * cfg.vocab_size
     return (3 if backward else 1) * (encoder + decoder + head)
+
+
+def fusion_flops(layers: int, hidden_size: int, entity_size: int, intermediate_size: int, batch_size: int,
+                 seq_len: int, backward: bool = True) -> int:
+    """FLOPs of ERNIE's aggregator layers (:mod:`plm_lightning.nn.fusion`) on ``batch_size x seq_len`` tokens:
+    token and entity self-attention (projections and scores, every position), and the fusion matmuls."""
+    tokens = batch_size * seq_len
+    h, d, i = hidden_size, entity_size, intermediate_size
+    per_token = 2 * (4 * h * h + 4 * d * d + 2 * h * i + 2 * d * i) + 4 * seq_len * (h + d)
+    return (3 if backward else 1) * layers * per_token * tokens

@@ -1,0 +1,200 @@
+"""ERNIE's (Tsinghua; Zhang et al. 2019) data: text whose entity mentions are linked to a knowledge graph, each
+entity aligned with the first token of its mention (sec. 3.1), TransE embeddings of the graph's entities (sec. 4.1),
+BERT's token masking plus the dEA's alignment noise (:mod:`plm_lightning.data.corruption.entity_alignment`).
+
+The graph is a triples TSV (``data.graph``, optional aliases ``data.graph_aliases``), or, when the text is the
+synthetic knowledge world (``data.source: world...``) and no graph is given, the world's own facts and aliases.
+Rows are ``[CLS] tokens [SEP]`` chunks of one document each, at most ``seq_len`` tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from plm_lightning.data.collators import _extras, _stack, sample_keys
+from plm_lightning.data.corruption import MaskingConfig, mask_tokens
+from plm_lightning.data.corruption.entity_alignment import (
+    NO_ENTITY,
+    AlignmentNoise,
+    candidate_entities,
+    corrupt_alignments,
+)
+from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
+from plm_lightning.errors import ConfigError
+
+if TYPE_CHECKING:  # plm_lightning.knowledge imports the objectives, which import this package
+    from plm_lightning.knowledge.graph import EntityLinker, KnowledgeGraph
+
+
+@dataclass(frozen=True)
+class LinkedRow:
+    """``[CLS] ... [SEP]`` token ids and, per token, the aligned entity (-1 for none)."""
+
+    ids: np.ndarray
+    entities: np.ndarray
+
+
+def linked_rows(documents: list[str], tokenizer, linker: EntityLinker, seq_len: int,  # noqa: ANN001
+                cls_id: int, sep_id: int) -> list[list[LinkedRow]]:
+    """Per document, its rows: the document's tokens in chunks of ``seq_len - 2`` with their aligned entities."""
+    out = []
+    width = seq_len - 2
+    for text, encoding in zip(documents, tokenizer.tokenizer.encode_batch(documents, add_special_tokens=False)):
+        aligned = linker.align(encoding.offsets, linker.link(text))
+        ids = np.asarray(encoding.ids, dtype=np.int64)
+        out.append([LinkedRow(np.concatenate([[cls_id], ids[s: s + width], [sep_id]]),
+                              np.concatenate([[NO_ENTITY], aligned[s: s + width], [NO_ENTITY]]))
+                    for s in range(0, len(ids), width)])
+    return out
+
+
+class LinkedRows(KeyedList):
+    """Rows in the collators' sample format, padded to ``seq_len``: ``input_ids``, ``document_ids`` (0 on real
+    tokens, -1 on padding), ``entity_ids``; with the (epoch, index) the corruption is seeded from."""
+
+    def __init__(self, rows: list[LinkedRow], seq_len: int, pad_id: int) -> None:
+        super().__init__(rows)
+        self.seq_len, self.pad_id = seq_len, pad_id
+
+    def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
+        key = key if isinstance(key, tuple) else (0, key)
+        row: LinkedRow = self.items[key[1]]
+        fill = self.seq_len - len(row.ids)
+        return {"epoch": key[0], "index": key[1],
+                "input_ids": np.concatenate([row.ids, np.full(fill, self.pad_id, dtype=np.int64)]),
+                "document_ids": np.concatenate([np.zeros(len(row.ids), np.int64), np.full(fill, -1, np.int64)]),
+                "entity_ids": np.concatenate([row.entities, np.full(fill, NO_ENTITY, dtype=np.int64)])}
+
+
+class EntityFusionCollator:
+    """BERT's masking of tokens, then the dEA noise of the alignments; the batch carries ``entity_ids`` (what the
+    model sees), ``entity_candidates`` ``[B, C]`` and ``entity_labels`` (each aligned token's true entity as an index
+    into its row's candidates) and ``entity_corrupted``."""
+
+    objective = "masked_lm_entity_alignment"
+
+    def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
+                 noise: AlignmentNoise, num_entities: int, seed: int) -> None:
+        self.special_ids, self.mask_token_id, self.masking, self.noise = special_ids, mask_token_id, masking, noise
+        self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
+        self.num_entities, self.seed = num_entities, seed
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        stacked = _stack(samples)
+        ids = stacked["input_ids"]
+        keys = sample_keys(self.seed, samples)
+        maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
+        corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id, self.random_token_ids)
+        entities = np.stack([s["entity_ids"] for s in samples]).astype(np.int64)
+        seen, noised = corrupt_alignments(entities, keys, self.num_entities, self.noise)
+        candidates, entity_labels = candidate_entities(entities)
+        return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
+                "entity_ids": torch.from_numpy(seen), "entity_candidates": torch.from_numpy(candidates),
+                "entity_labels": torch.from_numpy(entity_labels), "entity_corrupted": torch.from_numpy(noised),
+                **_extras(samples, stacked, False)}
+
+
+class ERNIETHUDataModule(TextDataModule):
+    """Entity-linked rows for :class:`~plm_lightning.objectives.ERNIETHU`, and the graph's TransE embeddings
+    (``entity_embeddings``), which the model takes as its fixed entity table."""
+
+    required_special_tokens = ("pad", "cls", "sep", "mask")
+
+    def __init__(self, *args: Any, graph: str | None = None, graph_aliases: str | None = None,
+                 mask_prob: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+                 entity_replace_prob: float = 0.05, entity_mask_prob: float = 0.15, transe_dim: int = 100,
+                 transe_epochs: int = 1000, transe_margin: float = 1.0, transe_norm: int = 1,
+                 transe_learning_rate: float = 0.01, **kwargs: Any) -> None:
+        """
+        Args:
+            graph: The knowledge graph: a TSV of head<TAB>relation<TAB>tail lines. Null with a world source takes
+                the world's facts.
+            graph_aliases: Other names of the graph's entities: a TSV of entity<TAB>alias lines.
+            mask_prob: BERT masking: fraction of non-special tokens chosen for prediction.
+            mask_replace_prob: Of the chosen, fraction replaced by the mask token.
+            random_replace_prob: Of the chosen, fraction replaced by a random token.
+            entity_replace_prob: dEA: alignments whose entity is replaced by another random one (ERNIE: 0.05).
+            entity_mask_prob: dEA: alignments removed from the input (ERNIE: 0.15).
+            transe_dim: TransE embedding size (ERNIE: 100).
+            transe_epochs: TransE training epochs over the graph (Bordes et al.: at most 1000).
+            transe_margin: TransE margin gamma.
+            transe_norm: TransE dissimilarity: 1 (L1) or 2 (L2).
+            transe_learning_rate: TransE SGD learning rate.
+        """
+        from plm_lightning.knowledge.graph import load_graph
+        from plm_lightning.knowledge.transe import TransEConfig
+
+        super().__init__(*args, **kwargs)
+        self.packing = "documents"  # one document per row (chunked at seq_len); no packing across documents
+        self.graph_file, self.aliases_file = graph, graph_aliases
+        self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
+        self.noise = AlignmentNoise(entity_replace_prob, entity_mask_prob)
+        self.transe = TransEConfig(transe_dim, transe_margin, transe_norm, transe_learning_rate, transe_epochs,
+                                   seed=self.seed)
+        if graph is not None:  # a bad file fails before any text is read
+            self._graph: KnowledgeGraph | None = load_graph(graph, graph_aliases)
+        else:
+            self._graph = None
+            if graph_aliases is not None:
+                raise ConfigError("data.graph_aliases needs data.graph (the triples its entities belong to)")
+        self.rows: dict[str, list[LinkedRow]] | None = None
+        self._entities: torch.Tensor | None = None
+
+    @property
+    def graph(self) -> KnowledgeGraph:
+        from plm_lightning.knowledge.graph import graph_from_world
+        from plm_lightning.knowledge.world import is_world_spec, world_from_spec
+
+        if self._graph is None:
+            if not is_world_spec(self.source):
+                raise ConfigError(f"data.graph is required for data.source '{self.source or 'embedded'}': give a "
+                                  "TSV of head<TAB>relation<TAB>tail triples (only a world source brings its own)")
+            self._graph = graph_from_world(world_from_spec(self.source))
+        return self._graph
+
+    @property
+    def entity_embeddings(self) -> torch.Tensor:
+        """``[entities, transe_dim]`` TransE embeddings (trained once per graph and settings, then cached)."""
+        from plm_lightning.knowledge.transe import entity_embeddings
+
+        if self._entities is None:
+            self._entities = entity_embeddings(self.graph, self.transe, self.cache_dir / "knowledge")
+        return self._entities
+
+    def _load_blocks(self) -> None:
+        from plm_lightning.knowledge.graph import EntityLinker
+
+        if self.rows is not None:
+            return
+        documents = self.documents()[0]
+        ids = self.tokenizer.ids
+        per_document = linked_rows(documents, self.tokenizer, EntityLinker(self.graph), self.seq_len, ids["cls"],
+                                   ids["sep"])
+        rng = np.random.default_rng(self.seed)
+        held_out = set(rng.permutation(len(documents))[: int(round(self.val_fraction * len(documents)))].tolist())
+        self.rows = {split: [r for d, rows in enumerate(per_document) if (d in held_out) == (split == "val")
+                             for r in rows] for split in ("train", "val")}
+        if not any((r.entities != NO_ENTITY).any() for r in self.rows["train"]):
+            raise ConfigError(f"data.source '{self.source or 'embedded'}': no entity of data.graph is mentioned in "
+                              "the training text; the graph's names must occur in the text as they are written")
+        self.blocks = {"train": self.rows["train"]}  # marks the data as loaded for TextDataModule.setup
+
+    def collator(self) -> EntityFusionCollator:
+        tok = self.tokenizer
+        return EntityFusionCollator(tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.noise,
+                                    self.graph.num_entities, self.seed)
+
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
+        self._load_blocks()
+        rows = self.rows[split]
+        if not rows:
+            return []
+        replicas, rank = self._replicas()
+        sampler = BlockSampler(len(rows), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
+                               drop_last=shuffle)
+        return self._resumable(LinkedRows(rows, self.seq_len, self.tokenizer.ids["pad"]), sampler, shuffle)

@@ -1,0 +1,87 @@
+"""ERNIE's knowledgeable encoder (Zhang et al. 2019, "ERNIE: Enhanced Language Representation with Informative
+Entities", sec. 3.3, fig. 2): after the text layers (T-Encoder), aggregator layers (K-Encoder) that fuse each token
+with the entity aligned to it.
+
+Aggregator layer i, for a token w_j aligned with entity e_k (eqs. 1-3):
+
+    w~ = MH-ATT(w^{i-1}),  e~ = MH-ATT(e^{i-1})                       (tokens attend to tokens, entities to entities)
+    h_j = sigma(W~_t w~_j + W~_e e~_k + b~)                           (the information fusion layer)
+    w_j = sigma(W_t h_j + b_t),  e_k = sigma(W_e h_j + b_e)
+
+and for a token with no entity, h_j = sigma(W~_t w~_j + b~), w_j = sigma(W_t h_j + b_t) (eq. 4), sigma = GELU. As in
+ERNIE's code (its ``BertLayerMix``/``BertLayer`` with entities), each sub-layer is a BERT post-norm residual: the
+attention outputs are ``LayerNorm(x + MH-ATT(x))`` and the fused outputs ``LayerNorm(w~ + W_t h)`` and
+``LayerNorm(e~ + W_e h)``. Entity states live at the positions of their aligned tokens (``[B, T, d_e]``,
+``entity_mask`` marks them); an entity attends only to the other aligned entities of its sequence, and positions
+without one carry zeros.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from plm_lightning.nn.attention import MultiHeadAttention
+from plm_lightning.nn.feedforward import ACTIVATIONS
+
+
+class KnowledgeFusionLayer(nn.Module):
+    """One aggregator: token and entity self-attention, then the information fusion layer."""
+
+    def __init__(self, hidden_size: int, entity_size: int, num_heads: int, entity_heads: int, intermediate_size: int,
+                 dropout: float = 0.1, attention_dropout: float = 0.1, norm_eps: float = 1e-12,
+                 backend: str = "auto") -> None:
+        super().__init__()
+        self.token_attn = MultiHeadAttention(hidden_size, num_heads, attention_dropout, backend=backend)
+        self.token_attn_norm = nn.LayerNorm(hidden_size, eps=norm_eps)
+        self.entity_attn = MultiHeadAttention(entity_size, entity_heads, attention_dropout, backend=backend)
+        self.entity_attn_norm = nn.LayerNorm(entity_size, eps=norm_eps)
+        self.fuse_token = nn.Linear(hidden_size, intermediate_size)  # W~_t, b~
+        self.fuse_entity = nn.Linear(entity_size, intermediate_size, bias=False)  # W~_e
+        self.token_out = nn.Linear(intermediate_size, hidden_size)  # W_t, b_t
+        self.entity_out = nn.Linear(intermediate_size, entity_size)  # W_e, b_e
+        self.token_norm = nn.LayerNorm(hidden_size, eps=norm_eps)
+        self.entity_norm = nn.LayerNorm(entity_size, eps=norm_eps)
+        self.act = ACTIVATIONS["gelu"]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor, entities: Tensor, attention_mask: Tensor | None, entity_mask: Tensor
+                ) -> tuple[Tensor, Tensor]:
+        """``tokens`` ``[B, T, H]``, ``entities`` ``[B, T, d_e]`` (read only where ``entity_mask`` ``[B, T]`` is
+        True), ``attention_mask`` ``[B, T]`` (1 = a real token) -> (tokens, entities) of the same shapes."""
+        keys = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        w = self.token_attn_norm(tokens + self.dropout(self.token_attn(tokens, mask=keys)))
+        aligned = entity_mask.bool()
+        # a row with no entity lets its (unused) entity queries see every position rather than none (no NaN)
+        entity_keys = (aligned | ~aligned.any(1, keepdim=True))[:, None, None, :]
+        e = entities * aligned[..., None]
+        e = self.entity_attn_norm(e + self.dropout(self.entity_attn(e, mask=entity_keys)))
+        e = e * aligned[..., None]
+        fused = self.act(self.fuse_token(w) + self.fuse_entity(e))  # e is zero where no entity: eq. 4
+        tokens_out = self.token_norm(w + self.dropout(self.token_out(fused)))
+        entities_out = self.entity_norm(e + self.dropout(self.entity_out(fused))) * aligned[..., None]
+        return tokens_out, entities_out
+
+
+class KnowledgeableEncoder(nn.Module):
+    """The K-Encoder: ``layers`` aggregators over the T-Encoder's token states and the aligned entity embeddings."""
+
+    def __init__(self, layers: int, hidden_size: int, entity_size: int, num_heads: int, entity_heads: int,
+                 intermediate_size: int, dropout: float = 0.1, attention_dropout: float = 0.1,
+                 norm_eps: float = 1e-12, backend: str = "auto") -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            KnowledgeFusionLayer(hidden_size, entity_size, num_heads, entity_heads, intermediate_size, dropout,
+                                 attention_dropout, norm_eps, backend) for _ in range(layers))
+
+    def forward(self, tokens: Tensor, entities: Tensor, attention_mask: Tensor | None, entity_mask: Tensor
+                ) -> tuple[Tensor, Tensor]:
+        for layer in self.layers:
+            tokens, entities = layer(tokens, entities, attention_mask, entity_mask)
+        return tokens, entities
+
+
+def entity_inputs(table: nn.Embedding, entity_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """(``[B, T, d_e]`` embeddings, ``[B, T]`` mask) of per-token entity ids (-1 = no entity)."""
+    aligned = entity_ids >= 0
+    return table(entity_ids.clamp_min(0)) * aligned[..., None], aligned
+
