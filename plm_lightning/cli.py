@@ -254,11 +254,14 @@ def _is_parse_error(err: BaseException) -> bool:
 
 
 def _find_user_error(err: BaseException) -> BaseException | None:
-    """The ConfigError / parse error / missing file behind ``err`` (possibly wrapped by Lightning or jsonargparse)."""
+    """The ConfigError / parse error / missing file / Lightning misconfiguration (``trainer.enable_progress_bar=false``
+    with a progress-bar callback, ...) behind ``err`` (possibly wrapped by Lightning or jsonargparse)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
     seen: set[int] = set()
     e: BaseException | None = err
     while e is not None and id(e) not in seen:
-        if isinstance(e, ConfigError | FileNotFoundError) or _is_parse_error(e):
+        if isinstance(e, ConfigError | FileNotFoundError | MisconfigurationException) or _is_parse_error(e):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__

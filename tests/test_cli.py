@@ -133,6 +133,8 @@ BAD_INPUTS = {
     "missing lexicon": (["--data.masking_scheme", "ernie", "--data.phrase_lexicon", "{tmp}/nope.txt"],
                         ["data.phrase_lexicon", "nope.txt", "does not exist"]),
     "nsp on sop pairs": (["--data.packing", "sentence_order"], ["model.sentence_prediction=nsp", "sentence_pairs"]),
+    "trainer misconfigured": (["--trainer.enable_progress_bar", "false"], ["enable_progress_bar=False",
+                                                                           "RichProgressBar"]),
 }
 
 
