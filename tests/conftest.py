@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# pytest imports this file as `conftest`; the tests import helpers from `tests.conftest`: one module, so one CLI
+# zygote per worker (see run_cli)
+sys.modules.setdefault("tests.conftest", sys.modules[__name__])
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # n workers share the cores: one intra-op thread pool each, not n oversubscribed
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
