@@ -222,7 +222,7 @@ def run_sweep(argv: list[str]) -> None:
 
 
 def run_arena(argv: list[str]) -> None:
-    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, Arena, ArenaConfig, write_report
+    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, PROMPTS, Arena, ArenaConfig, write_report
     from plm_lightning.arena.runner import split_recipes
 
     parser = _Parser(prog="plm_lightning arena",
@@ -234,8 +234,10 @@ def run_arena(argv: list[str]) -> None:
     parser.add_argument("--budget-flops", default="1e13", help="training FLOPs per run; a comma list draws curves")
     parser.add_argument("--dir", type=Path, default=Path("arena_runs"), help="where runs and results go")
     parser.add_argument("--downstream", default="code-or-prose,cloze-spans",
-                        help=f"fine-tuning tasks, of {', '.join(DOWNSTREAM)}; and probes, of {', '.join(PROBES)} "
-                             "(needs --data world)")
+                        help=f"fine-tuning tasks, of {', '.join(DOWNSTREAM)}; probes, of {', '.join(PROBES)} "
+                             f"(needs --data world); prompted tasks, of {', '.join(PROMPTS)} (causal and "
+                             "encoder-decoder recipes)")
+    parser.add_argument("--prompt-shots", type=int, default=0, help="demonstrations before each prompted query")
     parser.add_argument("--data", default=None, help="pretraining text of every recipe (a data.source: a file, "
                                                      "directory, dataset or world[:key=value,...]); default: each "
                                                      "recipe's own (the embedded corpus)")
@@ -254,7 +256,8 @@ def run_arena(argv: list[str]) -> None:
         downstream=tuple(t.strip() for t in args.downstream.split(",") if t.strip()), hidden_size=args.hidden_size,
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
-        evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data)
+        evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
+        prompt_shots=args.prompt_shots)
     results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
     files = write_report(results, config, args.dir)
     print(files["report"].read_text(encoding="utf-8"))

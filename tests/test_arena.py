@@ -59,7 +59,7 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
                _result("t5", {}, target=30.0), _result("bart", {}, target=128.0)]
     verdicts = {c.statement.split()[0]: c.verdict for c in check_claims(results, config)}
     assert verdicts == {"Replaced": "reproduces", "RTD": "not measured", "Removing": "reproduces",
-                        "Span": "does not reproduce", "T5's": "reproduces"}
+                        "Span": "does not reproduce", "T5's": "reproduces", "Fine-tuning": "not measured"}
     files = write_report(results, config, tmp_path)
     assert "**does not reproduce**" in files["report"].read_text() and "spanbert 0.3500 vs bert 0.4000" in \
         files["report"].read_text()
@@ -69,6 +69,27 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 300
 
 
+def test_the_bidirectionality_claim_reads_the_continuum_variants() -> None:
+    uni, bi = "continuum[data.bidirectional_fraction=0]", "continuum[data.bidirectional_fraction=1;data.prediction=masked]"
+    config = ArenaConfig(recipes=(uni, "continuum", bi), budgets=(1e12,),
+                         downstream=("code-or-prose", "prompt-next-sentence"), configs_dir=CONFIGS)
+
+    def claim(scores: dict[str, dict[str, float]]):  # noqa: ANN202
+        results = [_result(r, scores[r]) for r in scores]
+        return next(c for c in check_claims(results, config) if c.statement.startswith("Fine-tuning"))
+
+    found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.40},
+                   "continuum": {"code-or-prose": 0.75, "prompt-next-sentence": 0.35},  # f = 0.5: in between
+                   bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
+    assert found.verdict == "reproduces" and "fraction 1 vs 0: fine-tuned 0.8000 vs 0.7000" in found.evidence
+    found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.20},
+                   bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
+    assert found.verdict == "does not reproduce"
+    assert claim({uni: {"code-or-prose": 0.7}, bi: {"code-or-prose": 0.8}}).verdict == "not measured"
+    with pytest.raises(ConfigError, match="prompt-next-sentence"):
+        ArenaConfig(**{**TINY, "downstream": ("prompt-nope",)})
+
+
 @pytest.mark.slow
 def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_path) -> None:
     """T5 and BART at one tiny size: BART's decoder rebuilds the whole row, T5's only the noise, so a BART step costs
@@ -76,7 +97,7 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     the measured target lengths, the LAMA probe asks each its world's facts, and a re-run reports the saved results
     instead of retraining."""
     args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
-            "code-or-prose,lama", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
+            "code-or-prose,lama,prompt-next-sentence", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
             "--val-batches", "2",
             "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
     res = run_cli(args, cwd=tmp_path)
@@ -87,6 +108,7 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
         assert result["flops"] >= 2e9 > result["flops"] - result["flops_per_step"]  # the budget, to one step
         assert len(result["val_curve"]) >= 2 and result["downstream"]["code-or-prose"] > 0
         assert 0 <= result["downstream"]["lama"] <= 1 and not result["errors"]
+        assert 0 <= result["downstream"]["prompt-next-sentence"] <= 1  # zero-shot, by candidate log-likelihood
     probe = json.loads((tmp_path / "a" / "probe" / "t5@2e+09" / "lama.json").read_text())
     (reader,) = probe["readers"]  # every training fact asked (109 of the world's 120; 11 are alias-only)
     assert reader["objects"] == "first-token" and reader["probes"] == 109 and reader["skipped_multi_token"] == 0
@@ -94,7 +116,8 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     assert "| T5's span corruption shortens the targets | Raffel et al. 2020, sec. 3.3.4 | **reproduces** |" in res.stdout
     for name in ("results.csv", "results.md", "loss_vs_flops.png", "downstream_vs_flops.png"):
         assert (tmp_path / "a" / name).stat().st_size > 100
-    config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama"),
+    config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama",
+                                                                               "prompt-next-sentence"),
                          finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, **TINY)
     said: list[str] = []
     again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results

@@ -6,11 +6,12 @@ from plm_lightning.arena.runner import (
     DEFAULT_RECIPES,
     DOWNSTREAM,
     PROBES,
+    PROMPTS,
     Arena,
     ArenaConfig,
     RunResult,
     measure_recipe,
 )
 
-__all__ = ["DEFAULT_RECIPES", "DOWNSTREAM", "PROBES", "Arena", "ArenaConfig", "Claim", "RunResult", "check_claims",
+__all__ = ["DEFAULT_RECIPES", "DOWNSTREAM", "PROBES", "PROMPTS", "Arena", "ArenaConfig", "Claim", "RunResult", "check_claims",
            "measure_recipe", "write_report"]

@@ -7,7 +7,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from plm_lightning.arena.runner import ArenaConfig, RunResult
+from plm_lightning.arena.runner import DOWNSTREAM, PROMPTS, ArenaConfig, RunResult, recipe_variant
 from plm_lightning.plotting import pyplot
 
 TOLERANCE = 0.01
@@ -75,7 +75,32 @@ def check_claims(results: list[RunResult], config: ArenaConfig) -> list[Claim]:
                             f"{bart.statistics['target_length_mean']:.1f} (bart, the whole input): {ratio:.2f}x"))
     else:
         claims.append(Claim(statement, source, "not measured", "needs t5 and bart in --recipes"))
+    claims.append(_bidirectionality(results, budget, tasks))
     return claims
+
+
+def _bidirectionality(results: list[RunResult], budget: float, tasks: tuple[str, ...]) -> Claim:
+    """Artetxe et al. 2022: of the continuum's variants, the most bidirectional fine-tunes best and the least
+    bidirectional prompts best (``continuum[data.bidirectional_fraction=f;...]`` recipes; 0.5 when unset)."""
+    statement = "Fine-tuning favours bidirectional context, prompting favours unidirectional"
+    source = "Artetxe et al. 2022, On the Role of Bidirectionality in Language Modeling at Scale, sec. 5"
+    points = [(float(recipe_variant(r.recipe)[1].get("data.bidirectional_fraction", 0.5)), r) for r in results
+              if recipe_variant(r.recipe)[0] == "continuum" and r.budget == budget]
+    finetuned, prompted = tuple(t for t in tasks if t in DOWNSTREAM), tuple(t for t in tasks if t in PROMPTS)
+    if len({f for f, _ in points}) < 2 or not finetuned or not prompted:
+        return Claim(statement, source, "not measured", "needs continuum variants of two bidirectional fractions "
+                     "in --recipes and both fine-tuned and prompt-* tasks in --downstream")
+    (low, uni), (high, bi) = min(points, key=lambda p: p[0]), max(points, key=lambda p: p[0])
+    scores = {name: (_mean_score(bi, ts), _mean_score(uni, ts)) for name, ts in (("fine-tuned", finetuned),
+                                                                               ("prompted", prompted))}
+    if any(v is None for pair in scores.values() for v in pair):
+        return Claim(statement, source, "not measured", "a variant's fine-tuned or prompted scores are missing")
+    (ft_bi, ft_uni), (pr_bi, pr_uni) = scores["fine-tuned"], scores["prompted"]
+    verdict = "reproduces" if ft_bi >= ft_uni and pr_uni >= pr_bi else "does not reproduce"
+    return Claim(statement, source, verdict,
+                 f"bidirectional fraction {high:g} vs {low:g}: fine-tuned {ft_bi:.4f} vs {ft_uni:.4f} "
+                 f"({', '.join(finetuned)}), prompted {pr_bi:.4f} vs {pr_uni:.4f} ({', '.join(prompted)}); "
+                 f"{budget:.3g} FLOPs each")
 
 
 def write_report(results: list[RunResult], config: ArenaConfig, directory: str | Path) -> dict[str, Path]:

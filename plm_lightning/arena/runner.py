@@ -40,6 +40,12 @@ world's training facts through each objective's own head, macro P@1 at the last 
 its recipe's tokenizer splits ranked by its first token: the recipes' tokenizers differ, and LAMA's one-token
 restriction would ask each a different subset); it needs ``data`` to be that world, so the facts were in the
 pretraining text."""
+PROMPTS = {"prompt-code-or-prose": "code_or_prose", "prompt-continuation": "continuation",
+           "prompt-next-sentence": "next_sentence"}
+"""Downstream scores by zero/few-shot prompting (``plm_lightning prompt``, ``prompt_shots`` demonstrations): the
+offline task's accuracy when each candidate is scored by its log-likelihood given the prompt (causal and
+encoder-decoder recipes; the others are reported as not scored). Next to fine-tuning, the two sides of the
+bidirectionality finding (Artetxe et al. 2022): fine-tuning favours bidirectional context, prompting unidirectional."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,12 @@ class ArenaConfig:
             encoder-decoder has ``num_layers`` in each stack, which its FLOPs pay for).
         seq_len: Tokens per row for every recipe (T5's raw rows are sized so its input has this length).
         batch_size: Rows per step for every recipe.
-        downstream: Tasks of :data:`DOWNSTREAM`, fine-tuned for ``finetune_steps`` steps each, and probes of
-            :data:`PROBES`.
+        downstream: Tasks of :data:`DOWNSTREAM`, fine-tuned for ``finetune_steps`` steps each, probes of
+            :data:`PROBES` and prompted tasks of :data:`PROMPTS`.
         evaluations: Validations per pretraining run (the points of the loss-vs-FLOPs curves).
         data: The pretraining text of every recipe (``--data.source``); None keeps each recipe's own (the
             embedded corpus). ``world[:key=value,...]``, the synthetic knowledge world, makes ``lama`` measurable.
+        prompt_shots: Demonstrations before each query of the :data:`PROMPTS` tasks (0: zero-shot).
     """
 
     recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -78,16 +85,19 @@ class ArenaConfig:
     val_batches: int = 10
     configs_dir: str = "configs"
     data: str | None = None
+    prompt_shots: int = 0
 
     def __post_init__(self) -> None:
         if not self.recipes:
             raise ConfigError("arena: --recipes names no recipe")
         if not self.budgets or min(self.budgets) <= 0:
             raise ConfigError(f"arena: --budget-flops {list(self.budgets)} must be positive FLOP counts (e.g. 1e13)")
-        unknown = [t for t in self.downstream if t not in DOWNSTREAM and t not in PROBES]
+        unknown = [t for t in self.downstream if t not in DOWNSTREAM and t not in PROBES and t not in PROMPTS]
         if unknown:
             raise ConfigError(f"arena: unknown --downstream task(s) {', '.join(unknown)}; valid: "
-                              f"{', '.join([*DOWNSTREAM, *PROBES])}")
+                              f"{', '.join([*DOWNSTREAM, *PROBES, *PROMPTS])}")
+        if self.prompt_shots < 0:
+            raise ConfigError(f"arena: --prompt-shots={self.prompt_shots} must be >= 0")
         if "lama" in self.downstream and not is_world_spec(self.data or ""):
             raise ConfigError(f"arena: --downstream lama probes the synthetic world's facts, so the recipes must be "
                               f"pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
@@ -277,7 +287,7 @@ class Arena:
             if not checkpoint:
                 result.errors[task] = "no last.ckpt was written"
                 continue
-            score = self.finetune if task in DOWNSTREAM else self.probe
+            score = self.finetune if task in DOWNSTREAM else self.probe if task in PROBES else self.prompt
             result.downstream[task] = score(result, task, checkpoint[-1])
         result.seconds = time.time() - start
         return result
@@ -300,6 +310,24 @@ class Arena:
         (reader,) = json.loads(out.read_text(encoding="utf-8"))["readers"]
         score = reader["layers"][-1][PROBES[task]]
         self.log(f"{result.recipe}: {task} P@1 = {score:.4f} over {reader['probes']} facts")
+        return score
+
+    def prompt(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
+        """The accuracy of ``checkpoint`` prompted on ``task``'s validation split (None when the recipe cannot be
+        prompted, e.g. an MLM, or on failure)."""
+        where = self.dir / "prompt" / f"{result.recipe}@{result.budget:.3g}"
+        where.mkdir(parents=True, exist_ok=True)
+        out = where / f"{task}.json"
+        command = [sys.executable, "-m", "plm_lightning", "prompt", str(checkpoint), "--task",
+                   f"offline:{PROMPTS[task]}", "--shots", str(self.config.prompt_shots), "--out", str(out)]
+        with open(where / "output.log", "w", encoding="utf-8") as log:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+        if code.returncode != 0 or not out.is_file():
+            result.errors[task] = last_line((where / "output.log").read_text(encoding="utf-8"))
+            self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
+            return None
+        score = json.loads(out.read_text(encoding="utf-8"))["accuracy"]
+        self.log(f"{result.recipe}: {task} accuracy = {score:.4f} ({self.config.prompt_shots}-shot)")
         return score
 
     def finetune(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
