@@ -110,3 +110,23 @@ def test_end_point_losses_are_the_causal_and_the_bidirectional_mlm_losses() -> N
 def test_bad_settings_are_one_line_errors(args, words) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         check_continuum(*args)
+
+
+@pytest.mark.parametrize("fraction,causal", [(0.0, True), (0.5, False), (1.0, False)])
+def test_fine_tuning_reads_the_input_as_the_pretrained_prefix(fraction, causal, tmp_path) -> None:
+    """A continuum model pretrained with a bidirectional prefix is fine-tuned with its input as that prefix (every
+    token sees every token, pooled as an encoder); the causal end stays causal, pooled at the last token."""
+    from plm_lightning.finetune import SequenceClassifier
+    from tests.conftest import tiny_pretrained
+
+    path = tiny_pretrained(tmp_path / "gpt.ckpt", "gpt2")
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["datamodule_hyper_parameters"] = {"bidirectional_fraction": fraction, "prediction": "next_token"}
+    torch.save(ckpt, path)
+    model = SequenceClassifier(init_from=path, num_labels=2).eval()
+    assert model.causal is causal and model.backbone.causal is causal
+    ids = torch.randint(10, 100, (1, 12))
+    changed = ids.clone()
+    changed[0, -1] = 5  # the last token: a causal first position never sees it, a bidirectional one does
+    first = [model.backbone(x, torch.ones_like(x)).last_hidden_state[0, 0] for x in (ids, changed)]
+    assert torch.equal(first[0], first[1]) is causal

@@ -30,6 +30,15 @@ ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM", "PermutationLM")
 """The pretraining objectives whose backbone a head can sit on (one stack, ``backbone(ids, mask, types)``)."""
 
 
+def reads_bidirectionally(pretrained: Any) -> bool:
+    """Whether a decoder was pretrained attending bidirectionally over a prefix of its rows (the bidirectionality
+    continuum, ``data.bidirectional_fraction > 0``): it then reads a fine-tuning input as that prefix, all of it
+    attending to all of it (Artetxe et al. 2022, sec. 3: a prefix LM is fine-tuned with its input as the prefix), and
+    the head pools as an encoder's."""
+    fraction = (getattr(pretrained, "pretraining_data", None) or {}).get("bidirectional_fraction")
+    return fraction is not None and float(fraction) > 0
+
+
 class FinetuneModule(L.LightningModule):
     """Base of the task heads: subclasses build their head after :meth:`attach_pretrained` and implement
     :meth:`step` (outputs, loss) and :meth:`update_metrics`."""
@@ -69,6 +78,8 @@ class FinetuneModule(L.LightningModule):
         else:
             self.backbone = pretrained.backbone
         self.tokenizer, self.backbone_config = own_tokenizer, pretrained.config
+        if getattr(pretrained, "causal", False) and reads_bidirectionally(pretrained):
+            pretrained.causal = pretrained.backbone.causal = False
         self.causal = bool(getattr(pretrained, "causal", False))
         self.source_family: str | None = pretrained.source_family
         """The transformers family the backbone exports to (``bert``, ``roberta``, ``electra``, ``gpt2`` ...), or None."""

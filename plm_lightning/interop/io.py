@@ -250,6 +250,7 @@ def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None,
         model = getattr(module, meta["objective"])(**hparams)
     model.load_state_dict(ckpt["state_dict"], strict=False)
     model.source_family = _base_family(ckpt)
+    model.pretraining_data = dict(ckpt.get("datamodule_hyper_parameters") or {})  # how it was pretrained
     tokenizer = _tokenizer_from_meta(meta)
     if tokenizer is None:
         raise ConfigError(f"{purpose}: '{path}' has no tokenizer; train with this package or export one with it")
