@@ -292,22 +292,30 @@ class Arena:
         result.seconds = time.time() - start
         return result
 
-    def probe(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
-        """The LAMA probe of the world's training facts (canonical templates) on ``checkpoint``: macro P@1 at the
-        last layer (None on failure)."""
-        where = self.dir / "probe" / f"{result.recipe}@{result.budget:.3g}"
+    def _report(self, result: RunResult, task: str, kind: str, arguments: list[str]) -> dict | None:
+        """Run ``plm_lightning KIND ... --out FILE`` for ``result``'s checkpoint (its log beside the file) and
+        return the JSON it wrote (None, with the error recorded, on failure)."""
+        where = self.dir / kind / f"{result.recipe}@{result.budget:.3g}"
         where.mkdir(parents=True, exist_ok=True)
         out = where / f"{task}.json"
-        command = [sys.executable, "-m", "plm_lightning", "probe", str(checkpoint), "--world", str(self.config.data),
-                   "--split", "train", "--templates", "canonical", "--reader", "lens", "--objects", "first-token",
-                   "--out", str(out)]
         with open(where / "output.log", "w", encoding="utf-8") as log:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+            code = subprocess.run([sys.executable, "-m", "plm_lightning", kind, *arguments, "--out", str(out)],
+                                  stdout=log, stderr=subprocess.STDOUT)
         if code.returncode != 0 or not out.is_file():
             result.errors[task] = last_line((where / "output.log").read_text(encoding="utf-8"))
             self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
             return None
-        (reader,) = json.loads(out.read_text(encoding="utf-8"))["readers"]
+        return json.loads(out.read_text(encoding="utf-8"))
+
+    def probe(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
+        """The LAMA probe of the world's training facts (canonical templates) on ``checkpoint``: macro P@1 at the
+        last layer (None on failure)."""
+        report = self._report(result, task, "probe", [
+            str(checkpoint), "--world", str(self.config.data), "--split", "train", "--templates", "canonical",
+            "--reader", "lens", "--objects", "first-token"])
+        if report is None:
+            return None
+        (reader,) = report["readers"]
         score = reader["layers"][-1][PROBES[task]]
         self.log(f"{result.recipe}: {task} P@1 = {score:.4f} over {reader['probes']} facts")
         return score
@@ -315,20 +323,12 @@ class Arena:
     def prompt(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
         """The accuracy of ``checkpoint`` prompted on ``task``'s validation split (None when the recipe cannot be
         prompted, e.g. an MLM, or on failure)."""
-        where = self.dir / "prompt" / f"{result.recipe}@{result.budget:.3g}"
-        where.mkdir(parents=True, exist_ok=True)
-        out = where / f"{task}.json"
-        command = [sys.executable, "-m", "plm_lightning", "prompt", str(checkpoint), "--task",
-                   f"offline:{PROMPTS[task]}", "--shots", str(self.config.prompt_shots), "--out", str(out)]
-        with open(where / "output.log", "w", encoding="utf-8") as log:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
-        if code.returncode != 0 or not out.is_file():
-            result.errors[task] = last_line((where / "output.log").read_text(encoding="utf-8"))
-            self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
+        report = self._report(result, task, "prompt", [str(checkpoint), "--task", f"offline:{PROMPTS[task]}",
+                                                       "--shots", str(self.config.prompt_shots)])
+        if report is None:
             return None
-        score = json.loads(out.read_text(encoding="utf-8"))["accuracy"]
-        self.log(f"{result.recipe}: {task} accuracy = {score:.4f} ({self.config.prompt_shots}-shot)")
-        return score
+        self.log(f"{result.recipe}: {task} accuracy = {report['accuracy']:.4f} ({self.config.prompt_shots}-shot)")
+        return report["accuracy"]
 
     def finetune(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
         """Fine-tune ``checkpoint`` on ``task`` for the arena's steps; its validation score (None on failure)."""
