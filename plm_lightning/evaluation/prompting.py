@@ -127,7 +127,8 @@ class PromptScorer:
         self.model, self.tokenizer = model.eval(), tokenizer
         self.encoder_decoder = hasattr(model.backbone, "encoder")
         self.eos, self.start = decoding_ids(model, tokenizer)
-        self.max_length = int(model.config.max_position_embeddings)
+        # BART's learned positions start at an offset (2): its inputs fit max_position_embeddings - offset
+        self.max_length = int(model.config.max_position_embeddings) - int(model.config.position_offset)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode_batch([text])[0] if text else []
