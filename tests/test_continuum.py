@@ -130,3 +130,12 @@ def test_fine_tuning_reads_the_input_as_the_pretrained_prefix(fraction, causal, 
     changed[0, -1] = 5  # the last token: a causal first position never sees it, a bidirectional one does
     first = [model.backbone(x, torch.ones_like(x)).last_hidden_state[0, 0] for x in (ids, changed)]
     assert torch.equal(first[0], first[1]) is causal
+    from plm_lightning.finetune.export import finetuned_to_hf
+
+    checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    model.on_save_checkpoint(checkpoint)
+    if causal:  # GPT2ForSequenceClassification attends as this model does
+        assert finetuned_to_hf(checkpoint, tmp_path / "hf") == "GPT2ForSequenceClassification"
+    else:  # no transformers GPT-2 reads bidirectionally: refused, not exported wrong
+        with pytest.raises(ConfigError, match="fine-tuned reading its input bidirectionally"):
+            finetuned_to_hf(checkpoint, tmp_path / "hf")

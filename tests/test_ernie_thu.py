@@ -178,3 +178,14 @@ def test_entity_table_stays_the_transe_embeddings(tmp_path):
         ERNIETHUDataModule(graph_aliases=str(tmp_path / "a.tsv"))
     with pytest.raises(ConfigError, match="data.graph is required"):
         _ = ERNIETHUDataModule(source=None).graph
+
+
+@pytest.mark.parametrize("option", [{"sentence_prediction": "nsp"}, {"span_boundary_objective": True},
+                                    {"enhanced_mask_decoder": True}])
+def test_masked_lm_heads_erniethu_does_not_train_are_refused(option):
+    from plm_lightning.objectives import ERNIETHU
+
+    key = next(iter(option))
+    with pytest.raises(ConfigError, match=f"model.{key}=.* is not supported by ERNIETHU"):
+        ERNIETHU(backbone="tiny", **option)
+    ERNIETHU(backbone="tiny", sentence_prediction="none", span_boundary_objective=False)  # what a checkpoint holds

@@ -45,6 +45,24 @@ def test_the_world_recipe_learns_its_facts(lm, world) -> None:
     assert alias.last["p@1"] < report.last["p@1"] - 0.3
 
 
+def test_bertnesia_layer_heads_read_facts_the_logit_lens_misses(lm, world) -> None:
+    """Per-layer heads trained on the frozen states (BERTnesia) read an intermediate layer's knowledge, which the
+    model's own head applied there (the logit lens) mostly misses; the model is left untouched."""
+    from plm_lightning.knowledge.probing import probe, train_layer_heads
+
+    rows = world.probes("train")
+    before = {k: v.clone() for k, v in lm.module.state_dict().items()}
+    lens = probe(lm, rows)
+    heads = train_layer_heads(lm, world.texts(), steps=150)
+    trained = probe(lm, rows, heads=heads)
+    assert len(heads) == len(trained.layers) == lm.num_layers + 1
+    # after the first block: trained 0.77 vs lens 0.45 (P@1) on the fixture; 0.82 vs 0.70 after the second
+    assert trained.layers[1]["p@1"] > lens.layers[1]["p@1"] + 0.15, (trained.layers, lens.layers)
+    assert trained.last["p@1"] >= lens.last["p@1"] - 0.1  # the last layer's head starts as the model's own
+    assert 0.0 <= trained.forgotten() <= 1.0 and trained.summary()["forgotten"] == trained.forgotten()
+    assert all(torch.equal(before[k], v) for k, v in lm.module.state_dict().items())
+
+
 def test_causal_trace_restoring_every_state_recovers_the_clean_run(lm, world) -> None:
     from plm_lightning.knowledge.tracing import KINDS, _record, causal_trace, run_patched
 
@@ -156,8 +174,11 @@ def test_mend_learns_to_edit_held_out_facts_with_per_token_rank_one_updates(lm, 
     train = training_requests(world, {c["fact_id"] for c in cases})
     assert train and not {r["fact_id"] for r in train} & {c["fact_id"] for c in cases}  # edits it never trained on
     untrained = MEND(MENDNetwork(lm, MENDConfig(default_targets(lm))))  # U = 0: one plain gradient step
-    editor, history = MEND.train(lm, train, world.texts(), config=TrainConfig(steps=600))
-    assert history[-1]["edit_loss"] < history[0]["edit_loss"]
+    editor, history = MEND.train(lm, train, world.texts(), config=TrainConfig(steps=300))
+    # the training edit loss (50-step means) is learnt within the first window and then only fluctuates (2.4-3.2 on
+    # the fixture), so learning is judged on held-out edits against the untrained editor below
+    assert [h["step"] for h in history] == [50, 100, 150, 200, 250, 300]
+    assert all(np.isfinite(h["edit_loss"]) and np.isfinite(h["locality_kl"]) for h in history)
     before = {k: v.clone() for k, v in lm.module.state_dict().items()}
     plain = [evaluate_edit(lm, untrained, [c]) for c in cases]
     results = [evaluate_edit(lm, editor, [c]) for c in cases]

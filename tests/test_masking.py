@@ -131,6 +131,8 @@ def test_counter_uniforms_look_uniform_and_independent():
     assert abs(np.corrcoef(u.ravel(), v.ravel())[0, 1]) < 0.01  # streams are independent
     assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.01  # neighbours are independent
     assert not np.array_equal(row_keys(1, 0, [5]), row_keys(1, 1, [5]))
+    raw = uniforms(np.arange(400), 128, stream=40)  # raw keys: key r at j and key r ^ 1 at j ^ 1 must not coincide
+    assert len(np.unique(raw)) == raw.size and abs((raw < 0.2).mean() - 0.2) < 0.01
 
 
 @pytest.mark.parametrize("scheme", ["token", "whole_word", "ngram", "span", "ernie"])

@@ -40,13 +40,18 @@ def length_mask(rows: list[np.ndarray]) -> torch.Tensor:
     return torch.arange(int(lengths.max()))[None] < lengths[:, None]
 
 
-def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
+def stack_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The packed rows as int64 arrays ``input_ids`` / ``document_ids`` and their padding mask (document id >= 0):
+    what every token-level collator corrupts."""
     ids = np.stack([s["input_ids"] for s in samples]).astype(np.int64)
     docs = np.stack([s["document_ids"] for s in samples]).astype(np.int64)
     return {"input_ids": ids, "document_ids": docs, "attention_mask": docs >= 0}
 
 
-def _extras(samples: list[dict[str, Any]], stacked: dict[str, Any], document_mask: bool) -> dict[str, torch.Tensor]:
+def sample_extras(samples: list[dict[str, Any]], stacked: dict[str, Any],
+                  document_mask: bool) -> dict[str, torch.Tensor]:
+    """The batch keys every collator passes on unchanged: the attention mask, the segment ids and sentence label of
+    sentence-pair rows, and (``document_mask``) the document ids for block-diagonal attention."""
     out: dict[str, torch.Tensor] = {"attention_mask": torch.from_numpy(stacked["attention_mask"])}
     if samples[0].get("segment_b_start") is not None:
         starts = np.array([s["segment_b_start"] for s in samples])[:, None]
@@ -106,7 +111,7 @@ class MaskedLMCollator:
         return corrupted, labels, stage
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        stacked = _stack(samples)
+        stacked = stack_samples(samples)
         ids = stacked["input_ids"]
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
         keys = sample_keys(self.seed, samples, self.dupe_factor if self.static_masking else None)
@@ -132,7 +137,7 @@ class MaskedLMCollator:
                 extra = {"span_ids": torch.from_numpy(span_ids), "span_left": torch.from_numpy(left),
                          "span_right": torch.from_numpy(right), "span_offset": torch.from_numpy(offset)}
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels), **extra,
-                **_extras(samples, stacked, self.document_mask)}
+                **sample_extras(samples, stacked, self.document_mask)}
 
 
 class CausalLMCollator:
@@ -144,9 +149,9 @@ class CausalLMCollator:
         self.document_mask = document_mask
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        stacked = _stack(samples)
+        stacked = stack_samples(samples)
         ids, real = stacked["input_ids"], stacked["attention_mask"]
         labels = np.full_like(ids, IGNORE_INDEX)
         labels[:, :-1] = np.where(real[:, 1:], ids[:, 1:], IGNORE_INDEX)
         return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-                **_extras(samples, stacked, self.document_mask)}
+                **sample_extras(samples, stacked, self.document_mask)}

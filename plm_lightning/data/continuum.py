@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from plm_lightning.data.collators import _extras, _stack, sample_keys
+from plm_lightning.data.collators import sample_extras, sample_keys, stack_samples
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens
 from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.token_mask import masking_budgets
@@ -52,7 +52,7 @@ class ContinuumCollator:
                         if prediction == "masked" else None)
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        stacked = _stack(samples)
+        stacked = stack_samples(samples)
         ids, real = stacked["input_ids"], stacked["attention_mask"]
         lengths = real.sum(1)
         prefix = np.round(self.bidirectional_fraction * lengths).astype(np.int64)
@@ -64,7 +64,7 @@ class ContinuumCollator:
         else:
             corrupted, labels = ids, next_token_labels(ids, lengths, prefix, self.predict_fraction, keys)
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
-                "prefix_lengths": torch.from_numpy(prefix), **_extras(samples, stacked, self.document_mask)}
+                "prefix_lengths": torch.from_numpy(prefix), **sample_extras(samples, stacked, self.document_mask)}
 
 
 def next_token_labels(ids: np.ndarray, lengths: np.ndarray, prefix: np.ndarray, predict_fraction: float,

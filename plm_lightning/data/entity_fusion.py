@@ -9,13 +9,13 @@ Rows are ``[CLS] tokens [SEP]`` chunks of one document each, at most ``seq_len``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from plm_lightning.data.collators import _extras, _stack, sample_keys
+from plm_lightning.data.block_cache import cached_splits, tokenizer_hash
+from plm_lightning.data.collators import sample_extras, sample_keys, stack_samples
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.data.corruption.entity_alignment import (
     NO_ENTITY,
@@ -24,6 +24,7 @@ from plm_lightning.data.corruption.entity_alignment import (
     corrupt_alignments,
 )
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.packing import FORMAT_VERSION, PackedBlocks, split_documents
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
 from plm_lightning.errors import ConfigError
 
@@ -31,44 +32,43 @@ if TYPE_CHECKING:  # plm_lightning.knowledge imports the objectives, which impor
     from plm_lightning.knowledge.graph import EntityLinker, KnowledgeGraph
 
 
-@dataclass(frozen=True)
-class LinkedRow:
-    """``[CLS] ... [SEP]`` token ids and, per token, the aligned entity (-1 for none)."""
-
-    ids: np.ndarray
-    entities: np.ndarray
-
-
-def linked_rows(documents: list[str], tokenizer, linker: EntityLinker, seq_len: int,  # noqa: ANN001
-                cls_id: int, sep_id: int) -> list[list[LinkedRow]]:
-    """Per document, its rows: the document's tokens in chunks of ``seq_len - 2`` with their aligned entities."""
-    out = []
+def linked_blocks(documents: list[str], tokenizer, linker: EntityLinker, seq_len: int,  # noqa: ANN001
+                  cls_id: int, sep_id: int, pad_id: int) -> PackedBlocks:
+    """Each document's tokens in ``[CLS] chunk [SEP]`` rows of at most ``seq_len`` tokens (padded), with the entity
+    aligned to each token (``entity_ids``, -1 for none); ``document_ids`` is 0 on tokens, -1 on padding."""
+    ids_rows, entity_rows = [], []
     width = seq_len - 2
     for text, encoding in zip(documents, tokenizer.tokenizer.encode_batch(documents, add_special_tokens=False)):
         aligned = linker.align(encoding.offsets, linker.link(text))
         ids = np.asarray(encoding.ids, dtype=np.int64)
-        out.append([LinkedRow(np.concatenate([[cls_id], ids[s: s + width], [sep_id]]),
-                              np.concatenate([[NO_ENTITY], aligned[s: s + width], [NO_ENTITY]]))
-                    for s in range(0, len(ids), width)])
-    return out
+        for s in range(0, len(ids), width):
+            ids_rows.append(np.concatenate([[cls_id], ids[s: s + width], [sep_id]]))
+            entity_rows.append(np.concatenate([[NO_ENTITY], aligned[s: s + width], [NO_ENTITY]]))
+    rows = len(ids_rows)
+    input_ids = np.full((rows, seq_len), pad_id, dtype=np.int64)
+    entity_ids = np.full((rows, seq_len), NO_ENTITY, dtype=np.int64)
+    document_ids = np.full((rows, seq_len), -1, dtype=np.int64)
+    for r, (ids, entities) in enumerate(zip(ids_rows, entity_rows)):
+        input_ids[r, : len(ids)], entity_ids[r, : len(ids)], document_ids[r, : len(ids)] = ids, entities, 0
+    return PackedBlocks(input_ids, document_ids, entity_ids=entity_ids)
 
 
 class LinkedRows(KeyedList):
-    """Rows in the collators' sample format, padded to ``seq_len``: ``input_ids``, ``document_ids`` (0 on real
-    tokens, -1 on padding), ``entity_ids``; with the (epoch, index) the corruption is seeded from."""
+    """Linked blocks in the collators' sample format: ``input_ids``, ``document_ids``, ``entity_ids``; with the
+    (epoch, index) the corruption is seeded from."""
 
-    def __init__(self, rows: list[LinkedRow], seq_len: int, pad_id: int) -> None:
-        super().__init__(rows)
-        self.seq_len, self.pad_id = seq_len, pad_id
+    def __init__(self, blocks: PackedBlocks) -> None:
+        super().__init__(blocks)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         key = key if isinstance(key, tuple) else (0, key)
-        row: LinkedRow = self.items[key[1]]
-        fill = self.seq_len - len(row.ids)
-        return {"epoch": key[0], "index": key[1],
-                "input_ids": np.concatenate([row.ids, np.full(fill, self.pad_id, dtype=np.int64)]),
-                "document_ids": np.concatenate([np.zeros(len(row.ids), np.int64), np.full(fill, -1, np.int64)]),
-                "entity_ids": np.concatenate([row.entities, np.full(fill, NO_ENTITY, dtype=np.int64)])}
+        blocks: PackedBlocks = self.items
+        i = key[1]
+        return {"epoch": key[0], "index": i, "input_ids": np.asarray(blocks.input_ids[i]),
+                "document_ids": np.asarray(blocks.document_ids[i]), "entity_ids": np.asarray(blocks.entity_ids[i])}
 
 
 class EntityFusionCollator:
@@ -85,7 +85,7 @@ class EntityFusionCollator:
         self.num_entities, self.seed = num_entities, seed
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        stacked = _stack(samples)
+        stacked = stack_samples(samples)
         ids = stacked["input_ids"]
         keys = sample_keys(self.seed, samples)
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
@@ -96,7 +96,7 @@ class EntityFusionCollator:
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels),
                 "entity_ids": torch.from_numpy(seen), "entity_candidates": torch.from_numpy(candidates),
                 "entity_labels": torch.from_numpy(entity_labels), "entity_corrupted": torch.from_numpy(noised),
-                **_extras(samples, stacked, False)}
+                **sample_extras(samples, stacked, False)}
 
 
 class ERNIETHUDataModule(TextDataModule):
@@ -142,7 +142,6 @@ class ERNIETHUDataModule(TextDataModule):
             self._graph = None
             if graph_aliases is not None:
                 raise ConfigError("data.graph_aliases needs data.graph (the triples its entities belong to)")
-        self.rows: dict[str, list[LinkedRow]] | None = None
         self._entities: torch.Tensor | None = None
 
     @property
@@ -169,20 +168,26 @@ class ERNIETHUDataModule(TextDataModule):
     def _load_blocks(self) -> None:
         from plm_lightning.knowledge.graph import EntityLinker
 
-        if self.rows is not None:
+        if self.blocks:
             return
-        documents = self.documents()[0]
         ids = self.tokenizer.ids
-        per_document = linked_rows(documents, self.tokenizer, EntityLinker(self.graph), self.seq_len, ids["cls"],
-                                   ids["sep"])
-        rng = np.random.default_rng(self.seed)
-        held_out = set(rng.permutation(len(documents))[: int(round(self.val_fraction * len(documents)))].tolist())
-        self.rows = {split: [r for d, rows in enumerate(per_document) if (d in held_out) == (split == "val")
-                             for r in rows] for split in ("train", "val")}
-        if not any((r.entities != NO_ENTITY).any() for r in self.rows["train"]):
+        key = dict(v=FORMAT_VERSION, source=self._fingerprint(), tokenizer=tokenizer_hash(self.tokenizer,
+                                                                                           self.tokenizer.file),
+                   graph=self.graph.fingerprint(), length=self.seq_len, val_fraction=self.val_fraction, seed=self.seed)
+
+        def build() -> dict[str, PackedBlocks]:
+            documents = self.documents()[0]
+            linker = EntityLinker(self.graph)
+            train_idx, val_idx = split_documents(len(documents), self.val_fraction, self.seed)
+            return {split: linked_blocks([documents[i] for i in idx], self.tokenizer, linker, self.seq_len,
+                                         ids["cls"], ids["sep"], ids["pad"])
+                    for split, idx in (("train", train_idx), ("val", val_idx))}
+
+        blocks = cached_splits(self.cache_dir, f"linked-{self.seq_len}", key, build)
+        if not (np.asarray(blocks["train"].entity_ids) != NO_ENTITY).any():
             raise ConfigError(f"data.source '{self.source or 'embedded'}': no entity of data.graph is mentioned in "
                               "the training text; the graph's names must occur in the text as they are written")
-        self.blocks = {"train": self.rows["train"]}  # marks the data as loaded for TextDataModule.setup
+        self.blocks = blocks
 
     def collator(self) -> EntityFusionCollator:
         tok = self.tokenizer
@@ -191,10 +196,10 @@ class ERNIETHUDataModule(TextDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
         self._load_blocks()
-        rows = self.rows[split]
-        if not rows:
+        rows = LinkedRows(self.blocks[split])
+        if not len(rows):
             return []
         replicas, rank = self._replicas()
         sampler = BlockSampler(len(rows), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
                                drop_last=shuffle)
-        return self._resumable(LinkedRows(rows, self.seq_len, self.tokenizer.ids["pad"]), sampler, shuffle)
+        return self._resumable(rows, sampler, shuffle)

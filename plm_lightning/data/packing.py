@@ -75,6 +75,8 @@ class PackedBlocks:
     """TLM: 0-based positions, restarting at the target sentence (None: 0, 1, 2, ...)."""
     language_ids: np.ndarray | None = None
     """TLM: the language of each token (None: the block's corpus decides)."""
+    entity_ids: np.ndarray | None = None
+    """ERNIE (Tsinghua): the knowledge-graph entity aligned with each token (-1: none)."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -96,7 +98,7 @@ class PackedBlocks:
 
 BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label", "word_starts", "sentence_starts",
                 *KNOWLEDGE_FIELDS,
-                "position_ids", "language_ids")
+                "position_ids", "language_ids", "entity_ids")
 
 
 @dataclass

@@ -78,7 +78,9 @@ class FinetuneModule(L.LightningModule):
         else:
             self.backbone = pretrained.backbone
         self.tokenizer, self.backbone_config = own_tokenizer, pretrained.config
-        if getattr(pretrained, "causal", False) and reads_bidirectionally(pretrained):
+        self.bidirectional_decoder = bool(getattr(pretrained, "causal", False) and reads_bidirectionally(pretrained))
+        """A decoder that reads its input bidirectionally here (no transformers class attends that way)."""
+        if self.bidirectional_decoder:
             pretrained.causal = pretrained.backbone.causal = False
         self.causal = bool(getattr(pretrained, "causal", False))
         self.source_family: str | None = pretrained.source_family
@@ -182,6 +184,7 @@ class FinetuneModule(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = {
             "objective": type(self).__name__, "backbone": self.backbone_config.to_dict(), "family": self.source_family,
             "labels": list(getattr(self, "labels", [])), "num_labels": self.hparams.get("num_labels"),
+            "bidirectional_decoder": getattr(self, "bidirectional_decoder", False),
             "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -62,6 +62,10 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
     if (hparams.get("transfer") or {}).get("adapter_size"):
         raise ConfigError("export: a model fine-tuned with adapters has no transformers class (the adapters would be "
                           "lost); keep the Lightning checkpoint")
+    if meta.get("bidirectional_decoder"):
+        raise ConfigError(f"export: this {family} was fine-tuned reading its input bidirectionally (pretrained with "
+                          "data.bidirectional_fraction > 0); its transformers classes attend causally, so keep the "
+                          "Lightning checkpoint")
     if hparams.get("pooling") == "concat":
         raise ConfigError("export: concat pooling (ULMFiT) has no transformers class; fine-tune with pooling first/last")
     pairs = head_pairs(head, family)

@@ -34,8 +34,11 @@ def row_keys(seed: int, epochs: ArrayLike, indices: ArrayLike) -> np.ndarray:
 
 
 def uniforms(keys: ArrayLike, length: int, stream: int) -> np.ndarray:
-    """``[rows, length]`` uniforms in [0, 1): position j of row r in ``stream`` is a function of (key_r, j, stream)."""
-    keys = np.atleast_1d(np.asarray(keys, dtype=np.uint64))
+    """``[rows, length]`` uniforms in [0, 1): position j of row r in ``stream`` is a function of (key_r, j, stream).
+
+    The key is mixed before it meets the counter, so raw keys (0, 1, 2, ...) give independent rows too: unmixed,
+    key r at position j and key r ^ 1 at position j ^ 1 would draw the same number."""
+    keys = splitmix64(np.atleast_1d(np.asarray(keys, dtype=np.uint64)))
     counter = np.arange(length, dtype=np.uint64) | (np.uint64(stream) << np.uint64(40))
     z = splitmix64(splitmix64(keys[:, None] ^ counter[None, :]))
     return (z >> _S11).astype(np.float64) * (1.0 / (1 << 53))
