@@ -238,6 +238,8 @@ def run_arena(argv: list[str]) -> None:
                              f"(needs --data world); prompted tasks, of {', '.join(PROMPTS)} (causal and "
                              "encoder-decoder recipes)")
     parser.add_argument("--prompt-shots", type=int, default=0, help="demonstrations before each prompted query")
+    parser.add_argument("--prompt-limit", type=int, default=None,
+                        help="prompt only the first N validation examples of each prompted task (default: all)")
     parser.add_argument("--data", default=None, help="pretraining text of every recipe (a data.source: a file, "
                                                      "directory, dataset or world[:key=value,...]); default: each "
                                                      "recipe's own (the embedded corpus)")
@@ -257,7 +259,7 @@ def run_arena(argv: list[str]) -> None:
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
-        prompt_shots=args.prompt_shots)
+        prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit)
     results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
     files = write_report(results, config, args.dir)
     print(files["report"].read_text(encoding="utf-8"))

@@ -21,6 +21,7 @@ TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq
     ({"downstream": ("glue",)}, "unknown --downstream task(s) glue"),
     ({"hidden_size": 30, "num_heads": 4}, "multiple of --num-heads"),
     ({"downstream": ("lama",)}, "must be pretrained on it: add --data world"),
+    ({"prompt_limit": 0}, "--prompt-limit=0 must be >= 1"),
 ])
 def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -98,7 +99,7 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     instead of retraining."""
     args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
             "code-or-prose,lama,prompt-next-sentence", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
-            "--val-batches", "2",
+            "--val-batches", "2", "--prompt-limit", "200",
             "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
     res = run_cli(args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -118,7 +119,7 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
         assert (tmp_path / "a" / name).stat().st_size > 100
     config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama",
                                                                                "prompt-next-sentence"),
-                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, **TINY)
+                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, prompt_limit=200, **TINY)
     said: list[str] = []
     again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results
     assert [r.recipe for r in again] == ["t5", "bart"] and all("done earlier" in m for m in said)
