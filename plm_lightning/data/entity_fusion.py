@@ -57,16 +57,11 @@ class LinkedRows(KeyedList):
     """Linked blocks in the collators' sample format: ``input_ids``, ``document_ids``, ``entity_ids``; with the
     (epoch, index) the corruption is seeded from."""
 
-    def __init__(self, blocks: PackedBlocks) -> None:
-        super().__init__(blocks)
-
-    def __len__(self) -> int:
-        return len(self.items)
+    items: PackedBlocks
 
     def __getitem__(self, key: int | tuple[int, ...]) -> dict[str, Any]:
         key = key if isinstance(key, tuple) else (0, key)
-        blocks: PackedBlocks = self.items
-        i = key[1]
+        blocks, i = self.items, key[1]
         return {"epoch": key[0], "index": i, "input_ids": np.asarray(blocks.input_ids[i]),
                 "document_ids": np.asarray(blocks.document_ids[i]), "entity_ids": np.asarray(blocks.entity_ids[i])}
 
