@@ -58,12 +58,11 @@ class ERNIETHU(MaskedLM):
                               ">= 1")
         if entity_loss_weight < 0:
             raise ConfigError(f"model.entity_loss_weight={entity_loss_weight} must be >= 0")
-        unsupported = {k: kwargs[k] for k in ("sentence_prediction", "span_boundary_objective", "enhanced_mask_decoder")
-                       if kwargs.get(k) not in (None, False, "none")}
-        if unsupported:  # MaskedLM's heads read the backbone's output; ERNIE's loss reads the aggregators' instead
-            key, value = next(iter(unsupported.items()))
-            raise ConfigError(f"model.{key}={value!r} is not supported by ERNIETHU (its losses are MLM + dEA over the "
-                              "knowledge-fusion layers); remove it")
+        key = next((k for k in ("sentence_prediction", "span_boundary_objective", "enhanced_mask_decoder")
+                    if kwargs.get(k) not in (None, False, "none")), None)
+        if key is not None:  # MaskedLM's heads read the backbone's output; ERNIE's loss reads the aggregators' instead
+            raise ConfigError(f"model.{key}={kwargs[key]!r} is not supported by ERNIETHU (its losses are MLM + dEA "
+                              "over the knowledge-fusion layers); remove it")
         self.fusion_layers, self.entity_heads, self.entity_loss_weight = fusion_layers, entity_heads, entity_loss_weight
         super().__init__(*args, **kwargs)
 
