@@ -80,6 +80,8 @@ def editing_table(lm: LanguageModel, world, layer: int) -> list[dict]:  # noqa: 
     single = world.edit_requests(10, seed=1)
     for name, make in (("ROME (10 prefixes)", lambda: ROME(texts, layer)),
                        ("ROME (bare prompt)", lambda: ROME(texts, layer, contexts=0)),
+                       ("ROME (bare prompt, v* at the subject only)",
+                        lambda: ROME(texts, layer, contexts=0, through_update=False)),
                        ("ROME (original keys)", lambda: ROME(texts, layer, contexts=10, consistent_keys=False)),
                        ("constrained FT", lambda: ConstrainedFinetune([layer])),
                        ("knowledge neurons", lambda: KnowledgeNeuronEditor())):

@@ -86,17 +86,24 @@ def test_causal_trace_restoring_every_state_recovers_the_clean_run(lm, world) ->
 
 def test_rome_writes_its_optimised_value_with_a_rank_one_update_and_restores_exactly(lm, world, layer: int) -> None:
     """ROME's update makes ``W' k* = v*`` (eq. 2): after the edit, the MLP output at the subject's last token is the
-    original one shifted by the optimised ``v* - W k*``. How often that shift flips a fact depends on how much the
-    trained model reads the fact from that position (5/5 and 3/5 of these edits on fixtures trained on two different
-    CPUs; on the 100-subject world, see issue 7's note), so efficacy is asserted as a majority."""
-    from plm_lightning.knowledge.edit_metrics import evaluate_edit
-    from plm_lightning.knowledge.editing import EditRequest, optimise_shift
+    original one shifted by the optimised ``v* - W k*``. With ``v*`` optimised through the rank-one update, these 10
+    edits of facts the model holds all succeed on the fixture (19/20 and 18/20 on two samples of 20), against 6/10
+    (10/20) with ROME's shift at the subject's token alone (issue 7's note); two misses are tolerated because the
+    fixture is retrained on each machine."""
+    from plm_lightning.knowledge.edit_metrics import evaluate_edit, target_log_probs
+    from plm_lightning.knowledge.editing import EditRequest
     from plm_lightning.knowledge.rome import ROME
 
-    cases = world.edit_requests(5, seed=1)
-    subjects = {c["subject"] for c in cases}
-    unrelated = [r for r in world.probes("train") if r["sub_label"] not in subjects]
+    def known(case: dict) -> bool:  # an edit changes a fact the model holds
+        prompt = [case["prompt"].format(case["subject"])]
+        return target_log_probs(lm, prompt, case["target_true"])[0] > target_log_probs(lm, prompt, case["target_new"])[0]
+
+    cases = [c for c in world.edit_requests(14, seed=1) if known(c)][:10]
+    assert len(cases) == 10
     before = {k: v.clone() for k, v in lm.module.state_dict().items()}
+    # contexts=0: on a 4-layer model the sampled prefixes (other facts of the world) pull the averaged key away
+    # from the prompt's own (measured in the closing note of issue 7)
+    editor = ROME(world.texts(), layer, contexts=0)
 
     def mlp_output(prompt: str, subject: str) -> torch.Tensor:
         query = lm.query(prompt, subject=subject)
@@ -110,24 +117,28 @@ def test_rome_writes_its_optimised_value_with_a_rank_one_update_and_restores_exa
         return captured[0][0, query.subject_span[1] - 1]
 
     results = []
-    for case in cases:
+    for i, case in enumerate(cases):
         request, prompt = EditRequest.from_dict(case), case["prompt"].format(case["subject"])
-        delta, _ = optimise_shift(lm, request, ["{}"], lm.ffn(layer), scale_from=lm.block(layer))
-        value = mlp_output(prompt, case["subject"]) + delta  # v*
-        # contexts=0: on a 4-layer model the sampled prefixes (other facts of the world) pull the averaged key away
-        # from the prompt's own (measured in the closing note of issue 7)
-        result = evaluate_edit(lm, ROME(world.texts(), layer, contexts=0), [case], unrelated, restore=False)
-        written = mlp_output(prompt, case["subject"])
+        unrelated = [r for r in world.probes("train") if r["sub_label"] != case["subject"]]
+        if i < 3:
+            delta, _ = editor.rank_one(lm, request)
+            value = mlp_output(prompt, case["subject"]) + delta  # v*
+        result = evaluate_edit(lm, editor, [case], unrelated, restore=False)
+        if i < 3:
+            written = mlp_output(prompt, case["subject"])
+            assert torch.allclose(written, value, atol=1e-4 * float(value.norm()))  # W' k* = v*
         result["edit"].restore()
-        assert torch.allclose(written, value, atol=1e-4 * float(value.norm()))  # W' k* = v*
         results.append(result)
     assert all(r["before"]["efficacy"] == 0.0 for r in results)
-    assert np.mean([r["after"]["efficacy"] for r in results]) >= 0.6
+    assert np.mean([r["after"]["efficacy"] for r in results]) >= 0.8, [r["after"]["efficacy"] for r in results]
     assert all(r["after"]["magnitude"] > r["before"]["magnitude"] for r in results)  # every edit moves toward the new
     paraphrase = [np.mean([r[when]["paraphrase"] for r in results]) for when in ("before", "after")]
     assert paraphrase[1] >= paraphrase[0] + 0.3, paraphrase  # the edit reaches the relation's other templates
-    for r in results:  # the issue asks for <= 2 points; this 24-subject model loses 1.3-5.6 (see issue 7's note)
-        assert r["unrelated_p@1_before"] - r["unrelated_p@1_after"] <= 0.06
+    # the accuracy on every other subject's facts: the issue's bound (<= 2 points) on average, one fact's slack
+    # for a single edit (measured: mean -0.3, max 2.0 points over 40 edits)
+    drops = [r["unrelated_p@1_before"] - r["unrelated_p@1_after"] for r in results]
+    assert np.mean(drops) <= 0.02 and max(drops) <= 0.04, drops
+    for r in results:
         assert len(r["changed"]) == 1 and list(r["changed"].values()) == [1]  # one matrix, rank one
     after = lm.module.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # restore() is exact

@@ -59,6 +59,10 @@ def test_probes_and_edit_requests() -> None:
         assert not fact.alias_only and case["subject"] == fact.subject and case["target_true"] == fact.object
         assert case["target_new"] != fact.object and case["target_new"] in world.objects[
             next(r.object_type for r in RELATIONS if r.id == fact.relation)]
+        # CounterFact's new object holds for another subject of the relation (an object the model read in that role)
+        assert any(f.relation == fact.relation and f.object == case["target_new"] and not f.alias_only
+                   for f in world.facts)
+        assert case["attribute_prompts"]
         assert case["prompt"].format(case["subject"]) + f" {fact.object}." in {
             t.format(s=fact.subject, o=fact.object) for r in RELATIONS for t in r.templates}
         for prompt in case["neighborhood_prompts"]:  # other subjects that hold the true object

@@ -196,13 +196,20 @@ class TargetConfig:
 DEFAULT_TARGET = TargetConfig()
 
 def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[str], module: nn.Module,
-                   config: TargetConfig | None = None, scale_from: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+                   config: TargetConfig | None = None, scale_from: nn.Module | None = None,
+                   key_direction: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(delta, ``module``'s original output at the subject's last token averaged over the prefixed prompts): the shift
     of that output that maximises log P(target_new) over the prefixed prompts (ROME eq. 4), with
     KL(P'[x | "{subject} is a"] || P[x | same]) (P' edited) keeping the subject's other properties, and ROME's norm
     penalty (``weight_decay * ||delta|| / ||v||^2``, as its code has it) and norm clamp, relative to the norm of
     ``scale_from``'s output there (default ``module``'s own, as in ROME; our small models' MLP outputs are a small
-    part of the residual stream, so the editors pass the block, whose output is the residual stream)."""
+    part of the residual stream, so the editors pass the block, whose output is the residual stream).
+
+    ``key_direction`` (a vector ``d`` over ``module``'s inputs, a linear layer's keys): optimise the shift through the
+    rank-one update ``W + delta d^T`` itself instead of at the subject's last token alone: every position ``j`` of
+    every prompt moves by ``(d . k_j) delta``. ROME passes ``d = C^-1 k* / (C^-1 k*)^T k*``, so the subject's token
+    moves by ``delta`` as before while the tokens after it, whose keys overlap ``C^-1 k*`` in a small model's early
+    layers, move as the written update will move them (which a shift at one position ignores)."""
     config = config or DEFAULT_TARGET
     answer = list(lm.query(request.text, request.target_new).answer)
     rewrite = [Query(q.ids + tuple(answer[:-1]), q.position, tuple(answer), q.subject_span)
@@ -215,9 +222,11 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
     delta = torch.zeros(lm.backbone.cfg.hidden_size, device=lm.device, requires_grad=True)
     original: list[Tensor] = []
 
-    def shift(_m: nn.Module, _i: tuple, out: Tensor) -> Tensor:
+    def shift(_m: nn.Module, inputs: tuple, out: Tensor) -> Tensor:
         if not original:
             original.append(out.detach()[index, subject_last][:n].mean(0))
+        if key_direction is not None:
+            return out + (inputs[0] @ key_direction)[..., None] * delta
         out = out.clone()
         out[index, subject_last] += delta
         return out

@@ -184,7 +184,8 @@ class World:
         return rows
 
     def edit_requests(self, count: int | None = None, seed: int = 0) -> list[dict]:
-        """CounterFact-style requests for facts stated under the subject's name: a new object of the same type; the
+        """CounterFact-style requests for facts stated under the subject's name: a new object that other subjects hold
+        for the same relation (CounterFact, Meng et al. 2022 sec. 3.1: a false but plausible object); the
         rewrite prompt is the relation's first template, paraphrase prompts its other document templates (the edit
         never sees them) and held-out paraphrase prompts the templates no document uses; neighbourhood prompts (other
         subjects whose fact has the same relation and object, which must keep it) and attribute prompts (subjects
@@ -200,10 +201,12 @@ class World:
         requests = []
         for fact in candidates[: count if count is not None else len(candidates)]:
             rel = self.relations[fact.relation]
-            pool = [o for o in self.objects[rel.object_type] if o != fact.object]
-            new = rng.choice(pool)
             same = [f for f in self.facts if f.relation == fact.relation and f.subject != fact.subject
                     and not f.alias_only]
+            # CounterFact's counterfactual object: one that holds for other subjects of the relation (an object the
+            # model has read in this role), any other object of the type when no other subject has one
+            attested = sorted({f.object for f in same} - {fact.object})
+            new = rng.choice(attested or [o for o in self.objects[rel.object_type] if o != fact.object])
             neighbours = [f.subject for f in same if f.object == fact.object][:10]
             holders = [f.subject for f in same if f.object == new][:10]
             canonical = prompt_of(rel.templates[0])
