@@ -34,6 +34,11 @@ def test_probe_trace_and_edit_commands(world_gpt: dict, tmp_path) -> None:
     assert list(report["changed"].values()) == [1]  # one rank-one matrix
     result = run_cli(["probe", str(tmp_path / "edited.ckpt"), "--world", world, "--json"], cwd=ROOT)
     assert result.returncode == 0, result.stderr  # the saved edited model loads and answers
+    result = run_cli(["edit", ckpt, "--world", world, "--editor", "memit", "--count", "2", "--contexts", "0",
+                      "--paper-values", "--layers", "0,1", "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["results"][0]
+    assert report["editor"]["layers"] == [0, 1] and all(0 < rank <= 2 for rank in report["changed"].values())
 
 
 def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:

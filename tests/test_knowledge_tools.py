@@ -153,9 +153,10 @@ def test_memit_writes_twenty_facts_at_once(lm, world, layer: int) -> None:
     layers = sorted({max(0, layer - 1), layer})
     before = {k: v.clone() for k, v in lm.module.state_dict().items()}
     result = evaluate_edit(lm, MEMIT(world.texts(), layers, contexts=0), cases)
-    # on the full 100-subject world MEMIT reaches efficacy 1.0 on 20 edits; on this 24-subject fixture it stays
-    # far below (open in issue 7's note), so only the direction is asserted here
-    assert result["before"]["efficacy"] <= 0.1 and result["after"]["efficacy"] >= 0.25
+    # the values optimised through the batch's updates: efficacy 1.0 and paraphrase 0.75 on the fixture (MEMIT's
+    # closed-form spread of one-token targets: 0.45 and 0.25, issue 7's note)
+    assert result["before"]["efficacy"] <= 0.1 and result["after"]["efficacy"] >= 0.9, result["after"]
+    assert result["after"]["paraphrase"] >= result["before"]["paraphrase"] + 0.4, (result["before"], result["after"])
     assert len(result["changed"]) == len(layers) and all(rank <= 20 for rank in result["changed"].values())
     assert all(torch.equal(before[k], v) for k, v in lm.module.state_dict().items())
 

@@ -30,9 +30,11 @@ def build_editor(name: str, texts: list[str], layers: list[int] | None, args: ar
     if name == "rome":
         if layers is not None and len(layers) != 1:
             raise ConfigError(f"edit: ROME edits one layer; --layers {layers} names {len(layers)}")
-        return ROME(texts, layers[0] if layers else None, contexts=args.contexts, seed=args.seed)
+        return ROME(texts, layers[0] if layers else None, contexts=args.contexts, seed=args.seed,
+                    through_update=not args.paper_values)
     if name == "memit":
-        return MEMIT(texts, layers, contexts=args.contexts, mom2_weight=args.mom2_weight, seed=args.seed)
+        return MEMIT(texts, layers, contexts=args.contexts, mom2_weight=args.mom2_weight, seed=args.seed,
+                     through_update=not args.paper_values)
     if name == "ft":
         return ConstrainedFinetune(layers, delta=args.delta, steps=args.steps)
     if name == "kn":
@@ -82,6 +84,9 @@ def run_edit(argv: list[str]) -> None:
     parser.add_argument("--contexts", type=int, default=10,
                         help="ROME / MEMIT: context prefixes sampled from the model to average keys and targets over "
                              "(ROME: 10; 0 = the bare prompt only)")
+    parser.add_argument("--paper-values", action="store_true",
+                        help="ROME / MEMIT: find v* (z_i) as the papers do, as a shift at the subject's last token "
+                             "alone, instead of through the update that will be written (the default)")
     parser.add_argument("--mom2-weight", type=float, default=100.0,
                         help="MEMIT's lambda (15,000 for GPT-J's 16,384-dimensional keys; 100 for the 512 of the tiny "
                              "world models)")

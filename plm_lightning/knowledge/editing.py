@@ -210,60 +210,99 @@ def optimise_shift(lm: LanguageModel, request: EditRequest, contexts: Sequence[s
     every prompt moves by ``(d . k_j) delta``. ROME passes ``d = C^-1 k* / (C^-1 k*)^T k*``, so the subject's token
     moves by ``delta`` as before while the tokens after it, whose keys overlap ``C^-1 k*`` in a small model's early
     layers, move as the written update will move them (which a shift at one position ignores)."""
+    deltas, originals = optimise_shifts(lm, [request], contexts, [module], config,
+                                        None if scale_from is None else [scale_from],
+                                        None if key_direction is None else [key_direction[:, None]])
+    return deltas[0, 0], originals[0, 0]
+
+
+def optimise_shifts(lm: LanguageModel, requests: Sequence[EditRequest], contexts: Sequence[str],
+                    modules: Sequence[nn.Module], config: TargetConfig | None = None,
+                    scale_from: Sequence[nn.Module] | None = None, key_directions: Sequence[Tensor] | None = None
+                    ) -> tuple[Tensor, Tensor]:
+    """:func:`optimise_shift` for a batch of requests and one or more modules at once: ``(deltas, originals)``, both
+    ``[modules, requests, H]``. Without ``key_directions`` each request's shift acts at its own subject's last token
+    (one module; the requests' objectives are then independent). With them (``[I, requests]`` per module, the
+    update ``W_m + deltas[m]^T D_m^T`` of every module) all shifts act through the updates at every position of every
+    prompt, and are optimised jointly, so that requests which share key directions are written as the batch will be;
+    the summed objective adds each request's NLL, KL and norm penalty, and the search stops when every request's NLL
+    is below ``stop_loss``."""
     config = config or DEFAULT_TARGET
-    answer = list(lm.query(request.text, request.target_new).answer)
-    rewrite = [Query(q.ids + tuple(answer[:-1]), q.position, tuple(answer), q.subject_span)
-               for q in prefixed_queries(lm, request, contexts)]
-    kl_query = lm.query(f"{request.subject} is a", subject=request.subject)
-    rows, n = [*rewrite, kl_query], len(rewrite)
+    if key_directions is None and len(modules) != 1:
+        raise ValueError("optimise_shifts: a shift at the subject's token acts on one module; give key_directions")
+    rewrite, owner = [], []
+    for i, request in enumerate(requests):
+        answer = tuple(lm.query(request.text, request.target_new).answer)
+        rewrite += [Query(q.ids + answer[:-1], q.position, answer, q.subject_span)
+                    for q in prefixed_queries(lm, request, contexts)]
+        owner += [i] * len(contexts)
+    kl_rows = [lm.query(f"{request.subject} is a", subject=request.subject) for request in requests]
+    rows, n, count = [*rewrite, *kl_rows], len(rewrite), len(requests)
     ids, mask, positions = lm.batch(rows)
     subject_last = _last_subject(rows).to(lm.device)
     index = torch.arange(len(rows), device=lm.device)
-    delta = torch.zeros(lm.backbone.cfg.hidden_size, device=lm.device, requires_grad=True)
-    original: list[Tensor] = []
+    owners = torch.tensor(owner + list(range(count)), device=lm.device)  # the request each row belongs to
+    share = torch.zeros(count, n, device=lm.device)  # averages rewrite rows per request
+    share[owners[:n], torch.arange(n, device=lm.device)] = 1
+    share /= share.sum(1, keepdim=True)
+    width = max(len(q.answer) for q in rewrite)  # answers of different lengths: padded steps carry no loss
+    steps = torch.arange(width, device=lm.device)
+    at_rows = (positions[:n, None] + steps[None]).clamp_max(ids.shape[1] - 1)
+    target = torch.tensor([list(q.answer) + [0] * (width - len(q.answer)) for q in rewrite], device=lm.device)
+    valid = torch.tensor([[1.0] * len(q.answer) + [0.0] * (width - len(q.answer)) for q in rewrite], device=lm.device)
+    delta = torch.zeros(len(modules), count, lm.backbone.cfg.hidden_size, device=lm.device, requires_grad=True)
+    original: dict[int, Tensor] = {}
 
-    def shift(_m: nn.Module, inputs: tuple, out: Tensor) -> Tensor:
-        if not original:
-            original.append(out.detach()[index, subject_last][:n].mean(0))
-        if key_direction is not None:
-            return out + (inputs[0] @ key_direction)[..., None] * delta
-        out = out.clone()
-        out[index, subject_last] += delta
-        return out
+    def shift(m: int) -> Callable:
+        def hook(_m: nn.Module, inputs: tuple, out: Tensor) -> Tensor:
+            if m not in original:
+                original[m] = share @ out.detach()[index, subject_last][:n]
+            if key_directions is not None:
+                return out + (inputs[0] @ key_directions[m]) @ delta[m]
+            out = out.clone()
+            out[index, subject_last] += delta[m][owners]
+            return out
+        return hook
 
-    norms: list[Tensor] = []
-    probe = (scale_from or module).register_forward_hook(
-        lambda _m, _i, out: norms.append(out.detach()[index, subject_last][:n].mean(0).norm()))
+    norms: dict[int, Tensor] = {}
+
+    def record(m: int) -> Callable:
+        def hook(_m: nn.Module, _i: tuple, out: Tensor) -> None:
+            norms[m] = (share @ out.detach()[index, subject_last][:n]).norm(dim=-1)
+        return hook
+
+    probes = [module.register_forward_hook(record(m)) for m, module in enumerate(scale_from or modules)]
     try:
         with torch.no_grad():
             hidden = lm.backbone(ids, mask).last_hidden_state
-            reference = lm.logits(hidden[n, positions[n]]).float().log_softmax(-1)
+            reference = lm.logits(hidden[n + torch.arange(count), positions[n:]]).float().log_softmax(-1)
     finally:
-        probe.remove()
-    scale = norms[0].clamp_min(1e-6)
-    steps = torch.arange(len(answer), device=lm.device)
-    target = torch.tensor(answer, device=lm.device)
+        for probe in probes:
+            probe.remove()
+    scale = torch.stack([norms[m] for m in range(len(modules))]).clamp_min(1e-6)  # [modules, requests]
     optimizer = torch.optim.Adam([delta], lr=config.learning_rate)
-    hook = module.register_forward_hook(shift)
+    hooks = [module.register_forward_hook(shift(m)) for m, module in enumerate(modules)]
     try:
         for _ in range(config.steps):
             hidden = lm.backbone(ids, mask).last_hidden_state
-            at = hidden[index[:n, None], positions[:n, None] + steps[None]]
-            logp = lm.logits(at).float().log_softmax(-1)
-            nll = -logp.gather(2, target[None, :, None].expand(n, -1, 1))[..., 0].sum(1).mean()
-            kl_logp = lm.logits(hidden[n, positions[n]]).float().log_softmax(-1)
-            kl = nn.functional.kl_div(reference, kl_logp, log_target=True, reduction="sum")  # KL(edited || original)
+            logp = lm.logits(hidden[index[:n, None], at_rows]).float().log_softmax(-1)
+            row_nll = -(logp.gather(2, target[..., None])[..., 0] * valid).sum(1)
+            nll = share @ row_nll  # [requests]
+            kl_logp = lm.logits(hidden[n + torch.arange(count), positions[n:]]).float().log_softmax(-1)
+            # KL(edited || original) per request
+            kl = nn.functional.kl_div(reference, kl_logp, log_target=True, reduction="none").sum(-1)
             # ROME's code: weight_decay * ||delta|| / ||v||^2 (the norm of delta, not its square, over the squared norm)
-            loss = nll + config.kl_factor * kl + config.weight_decay * delta.norm() / scale ** 2
-            if nll.item() < config.stop_loss:
+            penalty = (delta.norm(dim=-1) / scale ** 2).sum(0)
+            loss = (nll + config.kl_factor * kl + config.weight_decay * penalty).sum()
+            if nll.max().item() < config.stop_loss:
                 break
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             with torch.no_grad():  # ROME's clamp: ||delta|| <= clamp_norm_factor * ||original output||
                 limit = config.clamp_norm_factor * scale
-                if delta.norm() > limit:
-                    delta.mul_(limit / delta.norm())
+                delta.mul_((limit / delta.norm(dim=-1).clamp_min(1e-12)).clamp(max=1.0)[..., None])
     finally:
-        hook.remove()
-    return delta.detach(), original[0]
+        for hook in hooks:
+            hook.remove()
+    return delta.detach(), torch.stack([original[m] for m in range(len(modules))])
