@@ -20,6 +20,7 @@ from plm_lightning.knowledge import build_world
 from plm_lightning.knowledge.attribution import trace_world
 from plm_lightning.knowledge.constrained import ConstrainedFinetune
 from plm_lightning.knowledge.edit_metrics import evaluate_edit
+from plm_lightning.knowledge.editing import TargetConfig
 from plm_lightning.knowledge.lm import LanguageModel
 from plm_lightning.knowledge.neurons import KnowledgeNeuronEditor, knowledge_neurons, neuron_effects
 from plm_lightning.knowledge.probing import probe, probe_queries
@@ -91,9 +92,13 @@ def editing_table(lm: LanguageModel, world, layer: int) -> list[dict]:  # noqa: 
         table[-len(edits):] = [{"editor": name, "edits": "1 x 10",
                                 **{k: round(float(np.mean([e[k] for e in edits])), 3) for k in
                                    ("efficacy", "paraphrase", "heldout_paraphrase", "neighborhood", "score", "fluency")}}]
-    for n in (1, 10, 100):
-        score("MEMIT (bare prompt)", MEMIT(texts, sorted({max(0, layer - 1), layer}), contexts=0),
-              world.edit_requests(n, seed=2))
+    layers = sorted({max(0, layer - 1), layer})
+    for n in (1, 10, 20, 100):
+        score("MEMIT (bare prompt)", MEMIT(texts, layers, contexts=0), world.edit_requests(n, seed=2))
+    score("MEMIT (bare prompt, stop at NLL 1)", MEMIT(texts, layers, contexts=0, target=TargetConfig(stop_loss=1.0)),
+          world.edit_requests(20, seed=2))
+    score("MEMIT (bare prompt, paper values)", MEMIT(texts, layers, contexts=0, through_update=False),
+          world.edit_requests(20, seed=2))
     return table
 
 
