@@ -16,7 +16,9 @@
   single edits, issue 7's note).
 * MEMIT: targets ``z_i`` on the residual stream after the last layer of a range ``R``; for each layer ``l`` of ``R``
   in order, the residual ``r_i = (z_i - h_i^L) / (L - l + 1)`` is spread over the remaining layers and
-  ``Delta = R K^T (lambda C + K K^T)^-1`` (eq. 14) writes many memories at once.
+  ``Delta = R K^T (lambda C + K K^T)^-1`` (eq. 14) writes many memories at once. By default (``through_update``)
+  the updates keep that form but their residuals are optimised jointly through them, as ROME's ``v*`` above
+  (efficacy 0.45 -> 1.0 on 20 edits of the 24-subject world; the trade against unrelated facts is in issue 7's note).
 """
 
 from __future__ import annotations
