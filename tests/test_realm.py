@@ -165,6 +165,33 @@ def test_the_retriever_learns_through_p_z_given_x(model, world_data) -> None:
     model.zero_grad()
 
 
+def test_without_retrieval_the_reader_reads_the_null_document_alone(model, world_data) -> None:
+    """``retrieval=False`` (the no-retrieval baseline): the loss is the reader's on ``[CLS] x [SEP]`` only, and no
+    gradient reaches the retriever."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.hparams.retrieval = False
+    try:
+        model.zero_grad()
+        out = model.compute_loss(batch)
+        out["loss"].backward()
+        assert "retrieval_recall" not in out and "retrieval_null_probability" not in out
+        assert all(p.grad is None for m in (model.query_encoder, model.document_encoder) for p in m.parameters())
+        with torch.no_grad():
+            totals = []
+            for b in range(len(batch["input_ids"])):
+                query = batch["input_ids"][b][batch["attention_mask"][b].bool()]
+                labels, chosen = batch["labels"][b][: len(query)], batch["labels"][b][: len(query)] != -100
+                ids = torch.cat([query, torch.tensor([world_data.tokenizer.ids["sep"]])])[None]  # x + the null body
+                types = torch.cat([torch.zeros(len(query)), torch.ones(1)]).long()[None]
+                hidden = model.backbone(ids, torch.ones_like(ids), types).last_hidden_state[0, : len(query)]
+                logp = model.lm_head(hidden).log_softmax(-1)
+                totals.append(logp[chosen].gather(1, labels[chosen][:, None]).sum())
+        assert out["loss"].item() == pytest.approx(-torch.stack(totals).mean().item(), rel=1e-4)
+    finally:
+        model.hparams.retrieval = True
+        model.zero_grad()
+
+
 def test_bad_realm_settings_fail_in_one_line() -> None:
     from plm_lightning.objectives import REALM
 

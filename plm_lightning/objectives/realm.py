@@ -49,7 +49,8 @@ class REALM(PretrainingModule):
 
     def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
-                 retriever_learning_rate: float | None = None, **kwargs) -> None:  # noqa: ANN003
+                 retriever_learning_rate: float | None = None, retrieval: bool = True,
+                 **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -63,6 +64,9 @@ class REALM(PretrainingModule):
                 Adam moves every weight by about the learning rate whatever the gradient's size, and while the reader
                 cannot yet read documents the retriever's gradient is noise: a rate that suits a reader trained from
                 scratch erases the retriever's warm start (REALM trains everything at 3e-5 from BERT and ICT).
+            retrieval: false: nothing is retrieved and the reader reads the null document only, the no-retrieval
+                baseline (the same reader, masking and loss without the knowledge corpus; train it, or validate a
+                REALM checkpoint with it, to measure what retrieval adds).
         """
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
@@ -171,11 +175,13 @@ class REALM(PretrainingModule):
         return scores.topk(k, dim=1).indices
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        if self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every:
+        stale = self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every
+        if self.hparams.retrieval and stale:
             self.refresh_index()
 
     def on_validation_start(self) -> None:
-        self.refresh_index()
+        if self.hparams.retrieval:
+            self.refresh_index()
 
     # -- the loss -----------------------------------------------------------------------------------------------
     def _join(self, ids: Tensor, mask: Tensor, docs: Tensor, doc_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -200,13 +206,17 @@ class REALM(PretrainingModule):
         return F.cross_entropy((q @ c.T).float(), torch.arange(len(q), device=q.device))
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        ids, mask = batch["input_ids"], batch["attention_mask"]
         b = ids.shape[0]
         out: dict[str, Tensor] = {}
         warm = self.training and self.global_step < self.hparams.ict_steps
         pad = self.tokenizer.ids["pad"]
         if warm:
             out["ict_loss"] = self.ict_loss(batch)
+        if not self.hparams.retrieval:  # the baseline: the null document alone, p(z = null | x) = 1
+            docs = torch.full((b, 1, 2), pad, dtype=torch.long, device=ids.device)
+            docs[:, 0] = torch.tensor([self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]], device=ids.device)
+            return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
         # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
         with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):
             q = self.embed_queries(ids, mask)
@@ -227,7 +237,16 @@ class REALM(PretrainingModule):
             null_mask[:, 0, :2] = 1
             docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
         log_pz = scores.float().log_softmax(-1)  # [B, Z]
-        z = log_pz.shape[1]
+        out = self._read(batch, docs, doc_mask, log_pz, out, warm)
+        if self.hparams.null_document:
+            out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
+        return out
+
+    def _read(self, batch: dict[str, Tensor], docs: Tensor, doc_mask: Tensor, log_pz: Tensor,
+              out: dict[str, Tensor], warm: bool) -> dict[str, Tensor]:
+        """The reader over every (query, document) pair and the marginal ``-log sum_z p(z|x) p(y|x, z)``."""
+        ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        b, z = ids.shape[0], log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
         width = joined.shape[-1]
         hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1), types.flatten(0, 1)).last_hidden_state
@@ -252,8 +271,6 @@ class REALM(PretrainingModule):
                 (bi, ri), log_pz[bi, zi, None].exp() * logits.softmax(-1), accumulate=True)
         out.update({"lm_loss": -token_marginal.mean(), "lm_targets": labels[chosen],
                     "lm_predictions": mixture[valid].argmax(-1), "lm_token_losses": -token_marginal.detach()})
-        if self.hparams.null_document:
-            out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
         if warm:
             out["loss"] = out["loss"] + out["ict_loss"]
         self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
