@@ -65,8 +65,8 @@ class REALM(PretrainingModule):
                 cannot yet read documents the retriever's gradient is noise: a rate that suits a reader trained from
                 scratch erases the retriever's warm start (REALM trains everything at 3e-5 from BERT and ICT).
             retrieval: false: nothing is retrieved and the reader reads the null document only, the no-retrieval
-                baseline (the same reader, masking and loss without the knowledge corpus; train it, or validate a
-                REALM checkpoint with it, to measure what retrieval adds).
+                baseline (the same reader, masking and loss without the knowledge corpus; train it, or set it on a
+                trained REALM's ``hparams``, to measure what retrieval adds).
         """
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
