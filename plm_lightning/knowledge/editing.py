@@ -275,7 +275,7 @@ def optimise_shifts(lm: LanguageModel, requests: Sequence[EditRequest], contexts
     try:
         with torch.no_grad():
             hidden = lm.backbone(ids, mask).last_hidden_state
-            reference = lm.logits(hidden[n + torch.arange(count), positions[n:]]).float().log_softmax(-1)
+            reference = lm.logits(hidden[index[n:], positions[n:]]).float().log_softmax(-1)
     finally:
         for probe in probes:
             probe.remove()
@@ -288,7 +288,7 @@ def optimise_shifts(lm: LanguageModel, requests: Sequence[EditRequest], contexts
             logp = lm.logits(hidden[index[:n, None], at_rows]).float().log_softmax(-1)
             row_nll = -(logp.gather(2, target[..., None])[..., 0] * valid).sum(1)
             nll = share @ row_nll  # [requests]
-            kl_logp = lm.logits(hidden[n + torch.arange(count), positions[n:]]).float().log_softmax(-1)
+            kl_logp = lm.logits(hidden[index[n:], positions[n:]]).float().log_softmax(-1)
             # KL(edited || original) per request
             kl = nn.functional.kl_div(reference, kl_logp, log_target=True, reduction="none").sum(-1)
             # ROME's code: weight_decay * ||delta|| / ||v||^2 (the norm of delta, not its square, over the squared norm)
