@@ -64,9 +64,10 @@ def test_classifier_and_mdl_probes_separate_a_readable_property_from_noise() -> 
     readable[:, :4] += 3 * torch.nn.functional.one_hot(labels, 4)
     accuracy = classifier_probe(torch.stack([noise, readable]), labels.tolist())
     assert accuracy[0] < 0.45 and accuracy[1] > 0.9
-    fractions = (0.05, 0.1, 0.25, 0.5, 1.0)
-    codes = [online_code_length(x, labels.tolist(), 4, fractions) for x in (noise, readable)]
+    codes = [online_code_length(x, labels.tolist(), 4) for x in (noise, readable)]
     assert all(c["uniform_bits"] == 200 * 2 for c in codes)  # log2(4) bits per label
-    assert codes[1]["compression"] > 2 * codes[0]["compression"] and codes[0]["compression"] < 1.2
+    # noise codes at about the uniform length, not far above it (probes fitted to a few examples without early
+    # stopping are overconfident: compression 0.27 here); readable labels compress
+    assert 0.9 < codes[0]["compression"] < 1.1 and codes[1]["compression"] > codes[0]["compression"] + 0.3
     tiny = online_code_length(readable[:5], labels[:5].tolist(), 4, (0.2, 1.0))  # blocks of one example: finite, no NaN
     assert tiny["online_bits"] == tiny["online_bits"] and tiny["online_bits"] > 0
