@@ -1,6 +1,7 @@
 """The knowledge subcommands end to end on the world-trained GPT-2 (`world_gpt`), and their one-line errors."""
 
 import json
+import math
 
 import pytest
 
@@ -56,6 +57,31 @@ def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
                                                                      ("alias", "rerank", "random")}
 
 
+def test_probe_classifier_and_memories_commands(world_gpt: dict) -> None:
+    """``probe --classifier``: a linear probe and its online code per layer (embeddings + 4 blocks) on the world's
+    P19 facts; ``probe --memories``: each key's top prefixes by coefficient, and the value/next-token agreement."""
+    from plm_lightning.knowledge.world import world_from_spec
+
+    ckpt, world = world_gpt["last"], world_gpt["world"]
+    result = run_cli(["probe", ckpt, "--world", world, "--classifier", "P19", "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    facts = [f for f in world_from_spec(world).facts if f.relation == "P19" and not f.alias_only]
+    assert payload["examples"] == len(facts) and payload["classes"] == 12 and len(payload["layers"]) == 5
+    for row in payload["layers"]:
+        assert 0.0 <= row["accuracy"] <= 1.0 and row["uniform_bits"] == pytest.approx(len(facts) * math.log2(12))
+        assert row["compression"] == pytest.approx(row["uniform_bits"] / row["online_bits"])
+    result = run_cli(["probe", ckpt, "--world", world, "--memories", "1", "--keys", "0,3", "--json"], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    memories = json.loads(result.stdout)["memories"]
+    assert [(m["layer"], m["key"]) for m in memories] == [(1, 0), (1, 3)]
+    for m in memories:
+        coefficients = [p["coefficient"] for p in m["prefixes"]]
+        assert len(coefficients) == 10 and coefficients == sorted(coefficients, reverse=True)
+        top = m["value_top_tokens"][0][0]
+        assert m["agreement"] == pytest.approx(sum(p["next"] == top for p in m["prefixes"]) / 10)
+
+
 @pytest.mark.parametrize("args, words", [
     (["edit", "{ckpt}", "--world", "{world}", "--layers", "7"], "layer 7 is out of range"),
     (["edit", "{ckpt}", "--world", "{world}", "--count", "0"], "empty"),
@@ -64,6 +90,8 @@ def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
     (["edit", "{ckpt}", "--requests", "{bad}", "--editor", "mend", "--mend-net", "{missing}"], "no such editor file"),
     (["probe", "{ckpt}", "--probes", "{missing}"], "no such file"),
     (["probe", "no/such.ckpt", "--world", "world"], "no such checkpoint"),
+    (["probe", "{ckpt}", "--world", "{world}", "--classifier", "P99"], "is not one of"),
+    (["probe", "{ckpt}", "--world", "{world}", "--memories", "1", "--keys", "9999"], "out of range"),
     (["trace-facts", "{ckpt}", "--world", "{world}", "--methods", "bm26"], "use some of"),
     (["causal-trace", "{ckpt}", "--prompt", "Someone was born in", "--subject", "Nobody"], "does not occur"),
 ])
