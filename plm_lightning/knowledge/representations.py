@@ -47,12 +47,11 @@ def layer_features(lm: LanguageModel, queries: Sequence[Query], positions: Seque
     return torch.cat(out, 1).float().cpu()
 
 
-def _fit(x: Tensor, y: Tensor, classes: int, epochs: int = 200, lr: float = 0.05, seed: int = 0,
+def _fit(x: Tensor, y: Tensor, classes: int, epochs: int = 200, lr: float = 0.05,
          dev: tuple[Tensor, Tensor] | None = None, check_every: int = 10) -> nn.Linear:
     """A linear softmax probe on standardised ``x``, from zero weights (the uniform prediction; the problem is convex).
     With ``dev`` it is early-stopped: the weights with the lowest NLL on ``dev``, checked every ``check_every``
     epochs and before the first (so the untrained, uniform probe is a candidate)."""
-    torch.manual_seed(seed)
     probe = nn.Linear(x.shape[1], classes)
     nn.init.zeros_(probe.weight)
     nn.init.zeros_(probe.bias)
@@ -93,7 +92,7 @@ def classifier_probe(features: Tensor, labels: Sequence[int], train_fraction: fl
     classes = int(y.max()) + 1
     out = []
     for layer in features:
-        probe = _fit(layer[train], y[train], classes, seed=seed)
+        probe = _fit(layer[train], y[train], classes)
         out.append(float((_log_probs(probe, layer[test]).argmax(-1) == y[test]).float().mean()))
     return out
 
@@ -110,7 +109,7 @@ def online_code_length(x: Tensor, labels: Sequence[int], classes: int | None = N
     bits = cuts[0] * math.log2(k)
     for start, end in zip(cuts, cuts[1:]):
         held = max(1, start // 10) if start >= 2 else 0  # early stopping on a tenth of what was sent (none: uniform)
-        probe = _fit(x[: start - held], y[: start - held], k, seed=seed, epochs=200 if held else 0,
+        probe = _fit(x[: start - held], y[: start - held], k, epochs=200 if held else 0,
                      dev=(x[start - held: start], y[start - held: start]) if held else None)
         logp = _log_probs(probe, x[start:end])
         bits += float(-logp[torch.arange(end - start), y[start:end]].sum()) / math.log(2)
