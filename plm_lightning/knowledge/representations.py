@@ -6,7 +6,7 @@ as key-value memories.
 * MDL probe, online code (Voita & Titov 2020, "Information-Theoretic Probing with Minimum Description Length", sec.
   3.2): the examples are sent in blocks at the fractions 0.1, 0.2, 0.4, ..., 50, 100 %; the first block with the
   uniform code (``t_1 log2 K`` bits), every next block with a probe trained on all blocks before it
-  (``-sum log2 p(y | x)``), early-stopped on the last tenth of them. Any learner that sees only the data already
+  (``-sum log2 p(y | x)``), early-stopped on the last fifth of them. Any learner that sees only the data already
   sent gives a valid code; without early stopping a probe fitted to a few examples is so overconfident that it codes
   the next block in more bits than the uniform code (compression 0.3 on a 4-layer model's layers).
   Compression = uniform code length / online code length; a representation that makes the property easy to learn
@@ -48,10 +48,10 @@ def layer_features(lm: LanguageModel, queries: Sequence[Query], positions: Seque
 
 
 def _fit(x: Tensor, y: Tensor, classes: int, epochs: int = 200, lr: float = 0.05,
-         dev: tuple[Tensor, Tensor] | None = None, check_every: int = 10) -> nn.Linear:
+         dev: tuple[Tensor, Tensor] | None = None) -> nn.Linear:
     """A linear softmax probe on standardised ``x``, from zero weights (the uniform prediction; the problem is convex).
-    With ``dev`` it is early-stopped: the weights with the lowest NLL on ``dev``, checked every ``check_every``
-    epochs and before the first (so the untrained, uniform probe is a candidate)."""
+    With ``dev`` it is early-stopped: the weights with the lowest NLL on ``dev``, checked before every epoch (so the
+    untrained, uniform probe is a candidate)."""
     probe = nn.Linear(x.shape[1], classes)
     nn.init.zeros_(probe.weight)
     nn.init.zeros_(probe.bias)
@@ -61,7 +61,7 @@ def _fit(x: Tensor, y: Tensor, classes: int, epochs: int = 200, lr: float = 0.05
     z = (x - mean) / std
     best, best_state = math.inf, None
     for epoch in range(epochs + 1):
-        if dev is not None and epoch % check_every == 0:
+        if dev is not None:
             nll = float(nn.functional.nll_loss(_log_probs(probe, dev[0]), dev[1]))
             if nll < best:
                 best, best_state = nll, {k: v.clone() for k, v in probe.state_dict().items()}
@@ -108,7 +108,7 @@ def online_code_length(x: Tensor, labels: Sequence[int], classes: int | None = N
     cuts = sorted({max(1, min(len(y), int(round(f * len(y))))) for f in fractions} | {len(y)})
     bits = cuts[0] * math.log2(k)
     for start, end in zip(cuts, cuts[1:]):
-        held = max(1, start // 10) if start >= 2 else 0  # early stopping on a tenth of what was sent (none: uniform)
+        held = max(1, start // 5) if start >= 2 else 0  # early stopping on a fifth of what was sent (none: uniform)
         probe = _fit(x[: start - held], y[: start - held], k, epochs=200 if held else 0,
                      dev=(x[start - held: start], y[start - held: start]) if held else None)
         logp = _log_probs(probe, x[start:end])
