@@ -192,6 +192,33 @@ def test_without_retrieval_the_reader_reads_the_null_document_alone(model, world
         model.zero_grad()
 
 
+def test_during_the_warm_start_the_reader_reads_the_null_document_while_ict_trains_the_retriever(model, world_data) -> None:
+    """``ict_reader: null`` (the default): while ICT warms the retriever, the reader's loss is the no-retrieval
+    baseline's (its MLM stage), the warming retriever's recall is logged, and only ICT trains the retriever;
+    ``ict_reader: retrieved`` reads the top-k instead."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.train()
+    model.hparams.ict_steps = 5
+    try:
+        model.zero_grad()
+        out = model.compute_loss(batch)
+        (out["loss"] - out["ict_loss"]).backward()  # the reader's part sends nothing to the retriever
+        assert all(p.grad is None or not p.grad.any() for m in (model.query_encoder, model.document_encoder)
+                   for p in m.parameters())
+        assert "retrieval_recall" in out and "retrieval_null_probability" not in out
+        model.hparams.retrieval = False
+        baseline = model.compute_loss(batch)
+        assert "retrieval_recall" not in baseline
+        assert out["lm_loss"].item() == pytest.approx(baseline["lm_loss"].item(), rel=1e-5)
+        assert out["loss"].item() == pytest.approx(baseline["loss"].item(), rel=1e-5)  # reader + ICT, both
+        model.hparams.retrieval, model.hparams.ict_reader = True, "retrieved"
+        read = model.compute_loss(batch)
+        assert "retrieval_null_probability" in read and read["lm_loss"].item() != pytest.approx(out["lm_loss"].item())
+    finally:
+        model.hparams.ict_steps, model.hparams.retrieval, model.hparams.ict_reader = 0, True, "null"
+        model.zero_grad()
+
+
 def test_bad_realm_settings_fail_in_one_line() -> None:
     from plm_lightning.objectives import REALM
 
@@ -201,6 +228,8 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(ict_steps=10, null_document=False)
     with pytest.raises(ConfigError, match="top_k"):
         REALM(top_k=0)
+    with pytest.raises(ConfigError, match="ict_reader"):
+        REALM(ict_reader="bm25")
 
 
 @pytest.mark.slow

@@ -18,10 +18,13 @@ corruption: one salient span masked per sentence (data.REALMDataModule) | attent
 * No trivial retrieval (sec. 3.4): the block a query sentence came from is never retrieved.
 * Retriever warm start (sec. 3.4): REALM pretrains the retriever with the Inverse Cloze Task (Lee et al. 2019) -
   a sentence must retrieve its own block with the sentence removed, among the other blocks of the batch. With
-  ``ict_steps`` > 0, the first steps train the retriever on the ICT loss alone while the reader already learns from
-  what it retrieves (``p(z|x)`` detached): REALM starts its reader from a pretrained BERT; ours starts from scratch,
-  and a reader that cannot yet read documents would send the retriever only noise, which Adam turns into full-size
-  steps that erase the warm start (measured: recall@8 0.41 -> 0.09 in 50 steps).
+  ``ict_steps`` > 0, the first steps train the retriever on the ICT loss alone: REALM starts its reader from a
+  pretrained BERT; ours starts from scratch, and a reader that cannot yet read documents would send the retriever
+  only noise, which Adam turns into full-size steps that erase the warm start (measured: recall@8 0.41 -> 0.09 in 50
+  steps). Meanwhile the reader pretrains as an MLM on the null document (``ict_reader: null``, REALM's BERT
+  stage): sec. 3.4's cold-start problem is that a reader trained on unrelated retrievals "learns to ignore the
+  retrieved documents", and one that read the warming retriever's top-k (``ict_reader: retrieved``, ``p(z|x)``
+  detached) did exactly that on the synthetic world (issue 7's note).
 """
 
 from __future__ import annotations
@@ -50,15 +53,17 @@ class REALM(PretrainingModule):
     def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
-                 **kwargs) -> None:  # noqa: ANN003
+                 ict_reader: Literal["null", "retrieved"] = "null", **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
             retriever_dim: Size of the retrieval embeddings (REALM: 128).
             refresh_every: Steps between rebuilds of the document index (REALM: ~500, asynchronously).
             null_document: Add the empty document to every top-k.
-            ict_steps: Inverse Cloze Task warm-start steps for the retriever (0: none); the reader trains on the
-                retrieved documents meanwhile, without gradients to the retriever.
+            ict_steps: Inverse Cloze Task warm-start steps for the retriever (0: none).
+            ict_reader: What the reader reads during the warm start: null (the null document alone: it pretrains as
+                an MLM, as REALM's reader starts from BERT) or retrieved (the warming retriever's top-k, without
+                gradients to the retriever; the reader may learn to ignore documents while they are unrelated).
             search: exact (inner products with every block) or faiss (IndexFlatIP; pip install faiss-cpu).
             retriever_learning_rate: Peak learning rate of the query and document encoders (null: learning_rate).
                 Adam moves every weight by about the learning rate whatever the gradient's size, and while the reader
@@ -71,6 +76,8 @@ class REALM(PretrainingModule):
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
                               f"must be >= 1 and ict_steps={ict_steps} >= 0")
+        if ict_reader not in ("null", "retrieved"):
+            raise ConfigError(f"model.ict_reader={ict_reader!r} is not one of null, retrieved")
         if search not in SEARCHES:
             raise ConfigError(f"model.search={search!r} is not one of {', '.join(SEARCHES)}")
         if search == "faiss":
@@ -213,7 +220,12 @@ class REALM(PretrainingModule):
         pad = self.tokenizer.ids["pad"]
         if warm:
             out["ict_loss"] = self.ict_loss(batch)
-        if not self.hparams.retrieval:  # the baseline: the null document alone, p(z = null | x) = 1
+        null_only = not self.hparams.retrieval or (warm and self.hparams.ict_reader == "null")
+        if self.hparams.retrieval and null_only:  # the warm start: the warming retriever's recall is still logged
+            with torch.no_grad():
+                top = self.retrieve(self.embed_queries(ids, mask), self.hparams.top_k, batch.get("block_ids"))
+            self._log_retrieval(out, top, batch.get("relevant_blocks"))
+        if null_only:  # the baseline and the reader's warm start: the null document alone, p(z = null | x) = 1
             docs = torch.full((b, 1, 2), pad, dtype=torch.long, device=ids.device)
             docs[:, 0] = torch.tensor([self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]], device=ids.device)
             return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
