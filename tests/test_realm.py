@@ -219,6 +219,23 @@ def test_during_the_warm_start_the_reader_reads_the_null_document_while_ict_trai
         model.zero_grad()
 
 
+def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
+    """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
+    kept, and data that does not know its facts is refused."""
+    batch = next(iter(world_data.train_dataloader()))
+    top = torch.tensor([[0, 1], [2, 3], [4, 5]])
+    relevant = torch.tensor([[7, 9], [3, -1], [-1, -1]])
+    assert model._with_relevant_block(top, relevant).tolist() == [[0, 7], [2, 3], [4, 5]]
+    model.hparams.oracle_retrieval = True
+    try:
+        out = model.compute_loss(batch)
+        assert out["retrieval_recall"].item() == 1.0
+        with pytest.raises(ConfigError, match="data.source: world"):
+            model.compute_loss({k: v for k, v in batch.items() if k != "relevant_blocks"})
+    finally:
+        model.hparams.oracle_retrieval = False
+
+
 def test_bad_realm_settings_fail_in_one_line() -> None:
     from plm_lightning.objectives import REALM
 

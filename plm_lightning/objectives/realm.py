@@ -53,7 +53,7 @@ class REALM(PretrainingModule):
     def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
-                 ict_reader: Literal["null", "retrieved"] = "null", **kwargs) -> None:  # noqa: ANN003
+                 ict_reader: Literal["null", "retrieved"] = "null", oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -64,6 +64,9 @@ class REALM(PretrainingModule):
             ict_reader: What the reader reads during the warm start: null (the null document alone: it pretrains as
                 an MLM, as REALM's reader starts from BERT) or retrieved (the warming retriever's top-k, without
                 gradients to the retriever; the reader may learn to ignore documents while they are unrelated).
+            oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
+                stating the query's fact replaces the last of the top-k when the search missed every one, so the
+                reader always has the answer to read (``retrieval_recall`` is then 1).
             search: exact (inner products with every block) or faiss (IndexFlatIP; pip install faiss-cpu).
             retriever_learning_rate: Peak learning rate of the query and document encoders (null: learning_rate).
                 Adam moves every weight by about the learning rate whatever the gradient's size, and while the reader
@@ -233,6 +236,8 @@ class REALM(PretrainingModule):
         with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):
             q = self.embed_queries(ids, mask)
             top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
+            if self.hparams.oracle_retrieval:
+                top = self._with_relevant_block(top, batch.get("relevant_blocks"))
             docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
             width = int(doc_mask.sum(-1).max())
             docs, doc_mask = docs[..., :width], doc_mask[..., :width]
@@ -287,6 +292,18 @@ class REALM(PretrainingModule):
             out["loss"] = out["loss"] + out["ict_loss"]
         self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
         return out
+
+    @staticmethod
+    def _with_relevant_block(top: Tensor, relevant: Tensor | None) -> Tensor:
+        """The oracle: each row's first relevant block replaces its last retrieved one unless one was retrieved."""
+        if relevant is None:
+            raise ConfigError("model.oracle_retrieval needs data that knows which blocks state each query's fact: "
+                              "use data.source: world (the synthetic knowledge world)")
+        gold = relevant[:, 0].to(top.device)
+        missed = (gold >= 0) & ~(top[:, :, None] == relevant[:, None, :].to(top.device)).any(-1).any(-1)
+        top = top.clone()
+        top[missed, -1] = gold[missed]
+        return top
 
     def _log_retrieval(self, out: dict[str, Tensor], top: Tensor, relevant: Tensor | None) -> None:
         """Recall of the top-k: the share of queries (that have any) with a relevant block retrieved."""
