@@ -78,6 +78,36 @@ def test_queries_know_their_block_and_the_blocks_that_state_their_fact(world_dat
     assert batch["ict_context_mask"].sum(1).le(torch.tensor([len(corpus.blocks[int(b)]) + 2 for b in batch["block_ids"]])).all()
 
 
+def test_holding_out_facts_leaves_them_to_the_knowledge_corpus_alone(world_data, tmp_path) -> None:
+    from plm_lightning.data.realm import REALMDataModule
+
+    dm = REALMDataModule(source="world:seed=0,subjects=12", tokenizer="wordpiece", tokenizer_vocab_size=512,
+                         seq_len=32, block_len=48, batch_size=6, val_fraction=0.2, holdout="facts",
+                         cache_dir=str(tmp_path))
+    dm.setup("fit")
+    train, val = dm.corpus.queries["train"], dm.corpus.queries["val"]
+    held_out = {q.fact for q in val}
+    assert None not in held_out and not held_out & {q.fact for q in train}  # no training query states a held-out fact
+    every = {q.fact for q in train + val if q.fact is not None}
+    assert len(held_out) == round(0.2 * len({f for facts in dm_facts(dm) for f in facts}))
+    assert held_out < every and all(q.relevant for q in val)  # ... but other blocks state each of them
+    assert len(dm.corpus.blocks) == len(world_data.corpus.blocks)  # the knowledge corpus is the same
+    # holdout: documents splits sentences by document, so a held-out sentence's fact is still trained on
+    assert {q.fact for q in world_data.corpus.queries["val"]} & {q.fact for q in world_data.corpus.queries["train"]}
+    with pytest.raises(ConfigError, match="holdout"):
+        REALMDataModule(source="world", holdout="sentences")
+    text = REALMDataModule(source="", tokenizer="wordpiece", tokenizer_vocab_size=512, seq_len=32, block_len=48,
+                           holdout="facts", cache_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="holdout=facts needs"):
+        text.setup("fit")
+
+
+def dm_facts(dm) -> list[list[int]]:  # noqa: ANN001
+    from plm_lightning.data.realm import world_sentence_facts
+
+    return [f for f in world_sentence_facts(dm.source, len(dm.documents()[0])) if f is not None]
+
+
 @pytest.fixture(scope="module")
 def model(world_data):
     from plm_lightning.objectives import REALM

@@ -10,12 +10,17 @@ never retrieves a sentence's own block: "prohibiting trivial retrieval", sec. 3.
   unmasked sentence and its block with the sentence removed (kept in 10% of pairs).
 * On the synthetic knowledge world (``data.source: world...``), each query also lists the *other* blocks that state
   the same fact, so retrieval recall can be measured (``relevant``).
+* Held-out queries: ``holdout: documents`` keeps a share of the documents' sentences out of training, but their facts
+  are still stated by the training sentences of other documents, so a reader can memorise them and validation
+  measures parametric knowledge and retrieval together. ``holdout: facts`` (world data) keeps a share of the *facts*
+  out: no training query states one, only the knowledge corpus does, so validation measures what is reachable by
+  retrieval alone (the open-book setting REALM's open-QA evaluation stands for).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -32,7 +37,7 @@ from plm_lightning.errors import ConfigError
 @dataclass(frozen=True)
 class RealmQuery:
     """One pretraining sentence: token ids, each token's word, the salient word spans, its block and where the
-    sentence sits in the block's tokens, the other blocks stating its fact (world data only)."""
+    sentence sits in the block's tokens, the other blocks stating its fact and the fact's id (world data only)."""
 
     ids: np.ndarray
     token_words: np.ndarray
@@ -40,6 +45,7 @@ class RealmQuery:
     block: int
     offsets: tuple[int, int]
     relevant: tuple[int, ...] = ()
+    fact: int | None = None
 
 
 @dataclass
@@ -49,12 +55,22 @@ class RealmCorpus:
 
 
 def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int, val_fraction: float,  # noqa: ANN001
-                 seed: int, sentence_facts: list[list[int] | None] | None = None) -> RealmCorpus:
+                 seed: int, sentence_facts: list[list[int] | None] | None = None,
+                 holdout: Literal["documents", "facts"] = "documents") -> RealmCorpus:
     """Blocks and queries of ``documents``; ``sentence_facts`` (per document, the fact id of each sentence, or None)
-    fills each query's ``relevant`` blocks. Documents are split train/val by ``val_fraction`` (seeded); every block
-    stays retrievable."""
+    fills each query's ``relevant`` blocks. A ``val_fraction`` of the documents (``holdout: documents``) or of the
+    facts (``holdout: facts``, needs ``sentence_facts``: every query stating one is a validation query) is held out,
+    seeded; every block stays retrievable."""
     rng = np.random.default_rng(seed)
     val_docs = set(rng.permutation(len(documents))[: int(round(val_fraction * len(documents)))].tolist())
+    val_facts: set[int] = set()
+    if holdout == "facts":
+        if sentence_facts is None:
+            raise ConfigError("data.holdout=facts needs data that knows the fact of each sentence: use data.source: "
+                              "world (the synthetic knowledge world), or holdout: documents")
+        every_fact = sorted({f for facts in sentence_facts if facts is not None for f in facts})
+        val_facts = {every_fact[i] for i in rng.permutation(len(every_fact))[: int(round(val_fraction * len(every_fact)))]}
+        val_docs = set()
     blocks: list[list[int]] = []
     pending: list[tuple[int, int, int, int, list, list, list]] = []  # doc, sentence, block, start, ids, words, spans
     for d, sentences in enumerate(split_corpus(documents)):
@@ -85,12 +101,14 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
         if not spans:
             continue
         relevant: tuple[int, ...] = ()
+        fact = None
         if sentence_facts is not None and d < len(sentence_facts) and sentence_facts[d] is not None \
                 and s < len(sentence_facts[d]):
-            relevant = tuple(sorted(fact_blocks[sentence_facts[d][s]] - {b}))
+            fact = sentence_facts[d][s]
+            relevant = tuple(sorted(fact_blocks[fact] - {b}))
         query = RealmQuery(np.asarray(ids[: len(tw)], dtype=np.int64), tw, tuple(spans), b,
-                           (start, start + len(ids)), relevant)
-        queries["val" if d in val_docs else "train"].append(query)
+                           (start, start + len(ids)), relevant, fact)
+        queries["val" if d in val_docs or fact in val_facts else "train"].append(query)
     return RealmCorpus([np.asarray(b, dtype=np.int64) for b in blocks], queries)
 
 
@@ -161,12 +179,16 @@ class REALMDataModule(TextDataModule):
 
     required_special_tokens = ("pad", "cls", "sep", "mask")
 
-    def __init__(self, *args: Any, block_len: int = 288, ict_keep_prob: float = 0.1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, block_len: int = 288, ict_keep_prob: float = 0.1,
+                 holdout: Literal["documents", "facts"] = "documents", **kwargs: Any) -> None:
         """
         Args:
             block_len: Tokens per knowledge block, [CLS] and [SEP] included (REALM: 288).
             ict_keep_prob: Inverse Cloze Task: share of pairs whose context still holds the query sentence (ORQA
                 and REALM: 0.1).
+            holdout: What ``val_fraction`` holds out of the training queries: documents (their facts are still
+                stated by other training sentences) or facts (world data: stated only in the knowledge corpus, so
+                validation measures what retrieval alone brings).
         """
         kwargs.setdefault("packing", "doc_sentences")
         super().__init__(*args, **kwargs)
@@ -174,7 +196,9 @@ class REALMDataModule(TextDataModule):
             raise ConfigError(f"data.block_len={block_len} is too short; use at least 8 tokens")
         if not 0.0 <= ict_keep_prob <= 1.0:
             raise ConfigError(f"data.ict_keep_prob={ict_keep_prob} must lie in [0, 1]")
-        self.block_len, self.ict_keep_prob = block_len, ict_keep_prob
+        if holdout not in ("documents", "facts"):
+            raise ConfigError(f"data.holdout={holdout!r} is not one of documents, facts")
+        self.block_len, self.ict_keep_prob, self.holdout = block_len, ict_keep_prob, holdout
         self.corpus: RealmCorpus | None = None
 
     def _load_blocks(self) -> None:
@@ -185,7 +209,7 @@ class REALMDataModule(TextDataModule):
         documents = self.documents()[0]
         facts = world_sentence_facts(self.source, len(documents)) if is_world_spec(self.source) else None
         self.corpus = build_corpus(documents, self.tokenizer, self.block_len, self.seq_len, self.val_fraction,
-                                   self.seed, facts)
+                                   self.seed, facts, self.holdout)
         if not self.corpus.queries["train"]:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' has no sentence with a salient span (an "
                               "entity or a date) to mask; REALM needs named entities or dates in its text")
