@@ -249,6 +249,25 @@ def test_during_the_warm_start_the_reader_reads_the_null_document_while_ict_trai
         model.zero_grad()
 
 
+def test_ict_weight_keeps_the_inverse_cloze_task_on_after_the_warm_start(model, world_data) -> None:
+    """``ict_weight``: past the warm start the loss is the marginal likelihood + ict_weight x ICT, and ICT's gradient
+    reaches the document encoder through the batch's contexts; 0 (REALM) has no ICT term."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.train()
+    try:
+        plain = model.compute_loss(batch)
+        assert "ict_loss" not in plain
+        model.hparams.ict_weight = 0.5
+        out = model.compute_loss(batch)
+        assert out["loss"].item() == pytest.approx(plain["loss"].item() + 0.5 * out["ict_loss"].item(), rel=1e-5)
+        assert out["ict_loss"].item() == pytest.approx(model.ict_loss(batch).item(), rel=1e-5)
+        model.eval()
+        assert "ict_loss" not in model.compute_loss(batch)  # validation reports the marginal likelihood alone
+    finally:
+        model.hparams.ict_weight = 0.0
+        model.train()
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""
@@ -277,6 +296,8 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(top_k=0)
     with pytest.raises(ConfigError, match="ict_reader"):
         REALM(ict_reader="bm25")
+    with pytest.raises(ConfigError, match="ict_weight"):
+        REALM(ict_weight=-1.0)
 
 
 @pytest.mark.slow
