@@ -250,8 +250,8 @@ def test_during_the_warm_start_the_reader_reads_the_null_document_while_ict_trai
 
 
 def test_ict_weight_keeps_the_inverse_cloze_task_on_after_the_warm_start(model, world_data) -> None:
-    """``ict_weight``: past the warm start the loss is the marginal likelihood + ict_weight x ICT, and ICT's gradient
-    reaches the document encoder through the batch's contexts; 0 (REALM) has no ICT term."""
+    """``ict_weight``: past the warm start the training loss is the marginal likelihood + ict_weight x ICT; 0 (REALM)
+    has no ICT term, and neither has validation."""
     batch = next(iter(world_data.train_dataloader()))
     model.train()
     try:

@@ -64,7 +64,7 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
     rng = np.random.default_rng(seed)
     val_docs = set(rng.permutation(len(documents))[: int(round(val_fraction * len(documents)))].tolist())
     val_facts: set[int] = set()
-    if holdout == "facts":
+    if holdout == "facts":  # the facts' permutation is drawn after the documents' one, as in the measured runs
         if sentence_facts is None:
             raise ConfigError("data.holdout=facts needs data that knows the fact of each sentence: use data.source: "
                               "world (the synthetic knowledge world), or holdout: documents")
