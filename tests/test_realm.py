@@ -268,6 +268,33 @@ def test_ict_weight_keeps_the_inverse_cloze_task_on_after_the_warm_start(model, 
         model.train()
 
 
+def test_copy_steps_have_the_reader_read_its_own_block_without_training_the_retriever(model, world_data,
+                                                                                      monkeypatch) -> None:
+    """``copy_steps``: right after the warm start each query's own block takes the last top-k slot (before the null
+    document) and the marginal likelihood sends no gradient to the retriever."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.train()
+    read = []
+    original = model._read
+    monkeypatch.setattr(model, "_read", lambda b, docs, *rest: read.append(docs) or original(b, docs, *rest))
+    model.hparams.copy_steps = 5
+    try:
+        model.zero_grad()
+        out = model.compute_loss(batch)
+        docs = read[-1]  # [B, top_k + 1, width]: the search's top_k - 1, the own block, the null document
+        assert docs.shape[1] == model.hparams.top_k + 1
+        for b, block in enumerate(batch["block_ids"].tolist()):
+            own = model.corpus_ids[block][model.corpus_mask[block].bool()]
+            assert docs[b, -2, : len(own)].tolist() == own.tolist()
+        out["loss"].backward()
+        assert all(p.grad is None or not p.grad.any() for m in (model.query_encoder, model.document_encoder)
+                   for p in m.parameters())
+        assert "retrieval_recall" in out  # the search's own recall, not the own block's
+    finally:
+        model.hparams.copy_steps = 0
+        model.zero_grad()
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""
@@ -298,6 +325,8 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(ict_reader="bm25")
     with pytest.raises(ConfigError, match="ict_weight"):
         REALM(ict_weight=-1.0)
+    with pytest.raises(ConfigError, match="copy_steps"):
+        REALM(copy_steps=-1)
 
 
 @pytest.mark.slow

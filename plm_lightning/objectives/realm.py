@@ -54,8 +54,8 @@ class REALM(PretrainingModule):
     def __init__(self, *args, top_k: int = 8, retriever_dim: int = 128, refresh_every: int = 100,  # noqa: ANN002
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
-                 ict_reader: Literal["null", "retrieved"] = "null", ict_weight: float = 0.0, oracle_retrieval: bool = False,
-                 **kwargs) -> None:  # noqa: ANN003
+                 ict_reader: Literal["null", "retrieved"] = "null", ict_weight: float = 0.0, copy_steps: int = 0,
+                 oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -71,6 +71,10 @@ class REALM(PretrainingModule):
                 is noise and erodes what ICT taught it; the auxiliary loss holds the retriever where ICT put it
                 until the reader's signal takes over (measured on the recipe with held-out facts: val recall@8 0.025
                 without it, 0.38 with ict_weight 1; README).
+            copy_steps: Steps after the warm start in which each query's own block (the trivial retrieval of sec.
+                3.4) replaces the last of its top-k and ``p(z|x)`` carries no gradient: the reader learns to copy
+                from a document that surely holds the answer, the retriever learns nothing from it (REALM forbids
+                trivial retrieval because the *retriever* would learn string matching). 0: none, REALM.
             oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
                 stating the query's fact replaces the last of the top-k when the search missed every one, so the
                 reader always has the answer to read (``retrieval_recall`` is then 1).
@@ -83,9 +87,9 @@ class REALM(PretrainingModule):
                 baseline (the same reader, masking and loss without the knowledge corpus; train it, or set it on a
                 trained REALM's ``hparams``, to measure what retrieval adds).
         """
-        if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0:
+        if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0 or copy_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
-                              f"must be >= 1 and ict_steps={ict_steps} >= 0")
+                              f"must be >= 1, ict_steps={ict_steps} and copy_steps={copy_steps} >= 0")
         if ict_weight < 0:
             raise ConfigError(f"model.ict_weight={ict_weight} must be >= 0")
         if ict_reader not in ("null", "retrieved"):
@@ -242,11 +246,15 @@ class REALM(PretrainingModule):
             docs[:, 0] = torch.tensor([self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]], device=ids.device)
             return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
         # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm):
+        copying = self.training and not warm and self.global_step < self.hparams.ict_steps + self.hparams.copy_steps
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm and not copying):
             q = self.embed_queries(ids, mask)
             top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
             if self.hparams.oracle_retrieval:
                 top = self._with_relevant_block(top, batch.get("relevant_blocks"))
+            if copying:  # the search's recall is logged, the reader reads its own block in the last slot
+                self._log_retrieval(out, top, batch.get("relevant_blocks"))
+                top = torch.cat([top[:, :-1], batch["block_ids"].to(top.device)[:, None]], 1)
             docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
             width = int(doc_mask.sum(-1).max())
             docs, doc_mask = docs[..., :width], doc_mask[..., :width]
@@ -255,7 +263,8 @@ class REALM(PretrainingModule):
             if self.hparams.null_document:
                 empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
                 scores = torch.cat([scores, q @ self.embed_documents(empty, torch.ones_like(empty)).T], 1)
-        self._log_retrieval(out, top, batch.get("relevant_blocks"))
+        if not copying:
+            self._log_retrieval(out, top, batch.get("relevant_blocks"))
         if self.hparams.null_document:
             null_doc = torch.full((b, 1, docs.shape[-1]), pad, dtype=torch.long, device=ids.device)
             null_doc[:, 0, :2] = empty
