@@ -252,8 +252,8 @@ class REALM(PretrainingModule):
             top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
             if self.hparams.oracle_retrieval:
                 top = self._with_relevant_block(top, batch.get("relevant_blocks"))
-            if copying:  # the search's recall is logged, the reader reads its own block in the last slot
-                self._log_retrieval(out, top, batch.get("relevant_blocks"))
+            searched = top  # the copy phase logs the search's recall; the reader reads its own block in the last slot
+            if copying:
                 top = torch.cat([top[:, :-1], batch["block_ids"].to(top.device)[:, None]], 1)
             docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
             width = int(doc_mask.sum(-1).max())
@@ -263,8 +263,7 @@ class REALM(PretrainingModule):
             if self.hparams.null_document:
                 empty = torch.tensor([[self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]]], device=ids.device)
                 scores = torch.cat([scores, q @ self.embed_documents(empty, torch.ones_like(empty)).T], 1)
-        if not copying:
-            self._log_retrieval(out, top, batch.get("relevant_blocks"))
+        self._log_retrieval(out, searched, batch.get("relevant_blocks"))
         if self.hparams.null_document:
             null_doc = torch.full((b, 1, docs.shape[-1]), pad, dtype=torch.long, device=ids.device)
             null_doc[:, 0, :2] = empty
