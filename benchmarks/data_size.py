@@ -10,7 +10,10 @@ classifier and MDL probes; here the corpus is fixed and the budget counts the (n
 so a budget above the corpus size means several epochs.
 
     python -m benchmarks.data_size --out /tmp/data-size                       # 0.1M, 1M, 10M tokens (CPU: ~1 h)
-    python -m benchmarks.data_size --budgets 1e8 --out /tmp/data-size-100m    # 100M tokens: ~8 h on 2 CPU cores
+    python -m benchmarks.data_size --budgets 1e8 --out runs/data-size-100m    # 100M tokens: ~8 h on 2 CPU cores
+
+A killed run resumes: rerun the same command and each unfinished budget continues from its last checkpoint (written
+every ``--save-every`` steps); ``train_seconds`` adds up the pieces.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import copy
 import json
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -44,8 +48,10 @@ def tokens_per_row(config: dict, world: str) -> tuple[float, int]:
     return real / len(data.blocks["train"].document_ids), real
 
 
-def pretrain(config: dict, budget: float, steps: int, world: str, batch: int, out: Path) -> Path:
-    """Trains the recipe for ``steps`` on ``world`` (its own schedule, one checkpoint at the end) unless done."""
+def pretrain(config: dict, budget: float, steps: int, world: str, batch: int, out: Path, save_every: int) -> Path:
+    """Trains the recipe for ``steps`` on ``world`` (its own schedule) unless done, resuming from the budget's last
+    checkpoint when an earlier run of it was killed: a checkpoint is written every ``save_every`` steps, so the
+    100M-token budget (hours on a CPU) can be run in pieces."""
     root = out / f"tokens-{budget:.0e}"
     if (root / "done.json").exists():
         return root
@@ -57,13 +63,28 @@ def pretrain(config: dict, budget: float, steps: int, world: str, batch: int, ou
     trainer["logger"]["init_args"]["save_dir"] = str(root)
     for callback in trainer["callbacks"]:
         if callback["class_path"].endswith("ModelCheckpoint"):
-            callback["init_args"]["every_n_train_steps"] = steps
+            callback["init_args"].update(dirpath=str(root / "checkpoints"), every_n_train_steps=min(steps, save_every),
+                                         save_top_k=1, filename="latest")
     (root / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "plm_lightning", "fit", "--config", str(root / "config.yaml")]
+    last = root / "checkpoints" / "last.ckpt"
+    if last.exists():
+        command += ["--ckpt_path", str(last)]
+    spent = json.loads((root / "seconds.json").read_text())["seconds"] if (root / "seconds.json").exists() else 0.0
     start = time.perf_counter()
-    with open(root / "fit.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "plm_lightning", "fit", "--config", str(root / "config.yaml")],
-                       check=True, stdout=log, stderr=subprocess.STDOUT)
-    (root / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - start, "steps": steps}))
+    with open(root / "fit.log", "a") as log, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT) as run:
+        try:
+            run.wait()
+        finally:  # killed (SIGTERM, Ctrl-C): stop the run too and keep the time it spent, so a rerun adds to it
+            if run.poll() is None:
+                run.terminate()
+                run.wait()
+            spent += time.perf_counter() - start
+            (root / "seconds.json").write_text(json.dumps({"seconds": spent}))
+    if run.returncode != 0:
+        raise SystemExit(f"pretraining the {budget:.0e}-token budget failed (exit {run.returncode}): see {root / 'fit.log'}"
+                         " (run the same command again to resume from its last checkpoint)")
+    (root / "done.json").write_text(json.dumps({"seconds": spent, "steps": steps}))
     return root
 
 
@@ -89,7 +110,9 @@ def main() -> None:
     parser.add_argument("--relation", default="P19")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--out", type=Path, default=Path("runs/data-size"))
+    parser.add_argument("--save-every", type=int, default=2000, help="steps between the checkpoints a rerun resumes from")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`/`kill`: unwind, so the fit run stops as well
     config = yaml.safe_load(Path(CONFIG).read_text())
     per_row, corpus = tokens_per_row(config, args.world)
     per_step = per_row * args.batch
@@ -98,9 +121,9 @@ def main() -> None:
     rows = []
     for budget in args.budgets:
         steps = max(1, math.ceil(budget / per_step))
-        root = pretrain(config, budget, steps, args.world, args.batch, args.out)
+        root = pretrain(config, budget, steps, args.world, args.batch, args.out, args.save_every)
         seconds = json.loads((root / "done.json").read_text())["seconds"]
-        checkpoint = next(root.rglob("last.ckpt"))
+        checkpoint = root / "checkpoints" / "last.ckpt"
         rows.append({"budget_tokens": budget, "steps": steps, "epochs": round(steps * per_step / corpus, 2),
                      "train_seconds": round(seconds), "tokens_per_s": round(steps * per_step / seconds),
                      **probe_model(checkpoint, args.world, args.relation)})
