@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plm_lightning.nn import (
     BackboneConfig,
@@ -290,6 +292,37 @@ def test_fast_cpu_dropout_keeps_one_minus_p_scaled_and_passes_gradients_through_
     assert torch.equal(layer.eval()(x), x) and torch.equal(Dropout(0.0)(x), x)
     layer.train()
     assert not torch.equal(layer(x), layer(x))  # a fresh mask each call
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.floats(0.01, 0.99), st.integers(0, 2**16))
+def test_cpu_keep_mask_keeps_one_minus_p_at_every_quarter_of_a_draw_independently(p, seed):
+    from plm_lightning.nn.dropout import keep_mask
+
+    torch.manual_seed(seed)
+    n = 400_000
+    keep = keep_mask(torch.Size([n // 400, 400]), p).reshape(-1).float()
+    sigma = (p * (1 - p) / (n / 4)) ** 0.5
+    for quarter in range(4):  # three 16-bit quarters of each 63-bit draw and its 15-bit top quarter
+        assert abs(float(keep[quarter::4].mean()) - (1 - p)) < 5 * sigma + 2**-15
+    both = keep[0::4] * keep[1::4]  # neighbours from one draw are independent
+    assert abs(float(both.mean()) - (1 - p) ** 2) < 5 * (((1 - p) ** 2 * (1 - (1 - p) ** 2)) / (n / 4)) ** 0.5 + 2**-14
+    assert keep_mask(torch.Size([3, 5]), p).shape == (3, 5)  # sizes that are not a multiple of 4
+
+
+def test_fused_relu_dropout_equals_dropout_of_relu_in_values_and_gradients():
+    from plm_lightning.nn.dropout import dropout, relu_dropout
+
+    x = torch.randn(37, 53, requires_grad=True)
+    fused, plain = [], []
+    for fn, out in ((lambda t: relu_dropout(t, 0.2, True), fused), (lambda t: dropout(torch.relu(t), 0.2, True), plain)):
+        torch.manual_seed(3)  # the same draws: the same keep mask
+        y = fn(x)
+        (y * torch.arange(y.numel()).view_as(y)).sum().backward()
+        out += [y.detach(), x.grad.clone()]
+        x.grad = None
+    assert torch.equal(fused[0], plain[0]) and torch.equal(fused[1], plain[1])
+    assert (fused[0] != 0).float().mean() < 0.5 and torch.equal(relu_dropout(x, 0.2, False), torch.relu(x))
 
 
 def test_training_attention_dropout_on_cpu_runs_the_eager_kernel_with_the_same_statistics():

@@ -92,3 +92,15 @@ def test_no_rows_give_zero_gradients():
     out = linear_cross_entropy(hidden[:0], weight, b, torch.zeros(0, dtype=torch.long))
     (grad,) = torch.autograd.grad(out.loss, weight, torch.tensor(1.0))  # the loss is NaN (a mean of nothing)
     assert torch.equal(grad, torch.zeros_like(weight))
+
+
+def test_a_second_backward_through_the_same_forward_is_refused_not_double_scaled():
+    hidden, weight, b, targets = _inputs(6, 8, 30, True, 0)
+    out = linear_cross_entropy(hidden, weight, b, targets)
+    (2.0 * out.loss).backward(retain_graph=True)
+    first = weight.grad.clone()
+    with pytest.raises(RuntimeError, match="once per forward"):
+        out.loss.backward()
+    reference = F.cross_entropy(F.linear(hidden, weight, b), targets)
+    (want,) = torch.autograd.grad(2.0 * reference, weight)
+    assert torch.allclose(first, want, atol=1e-5)

@@ -97,6 +97,7 @@ class TransformerStack(nn.Module):
         task_type_ids: Tensor | None = None,
         cache: list[LayerCache] | None = None,
         block_position_ids: Tensor | None = None,
+        token_embeds: Tensor | None = None,
     ) -> BackboneOutput:
         """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
 
@@ -104,7 +105,8 @@ class TransformerStack(nn.Module):
         its output only at these positions (they still attend to every position), so ``last_hidden_state`` is
         ``[B, K, H]``. Exact for a loss that reads only those positions (MLM: the masked ones, + [CLS] for NSP/SOP),
         and it skips ~85% of the last layer's queries, output projection and feed-forward. ``num_blocks`` runs only
-        the first blocks (DeBERTa's Enhanced Mask Decoder re-runs the last one itself).
+        the first blocks (DeBERTa's Enhanced Mask Decoder re-runs the last one itself). ``token_embeds``: the token
+        table's rows for ``input_ids``, looked up by the caller.
         """
         causal = self.causal if causal is None else causal
         length = input_ids.shape[1]
@@ -139,7 +141,7 @@ class TransformerStack(nn.Module):
                 if self.relative_bias is not None else None)
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
 
-        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids, block_position_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids, block_position_ids, token_embeds)
         hidden, unpadded = [x], [False]
         relative = self.relative_inputs(length, input_ids.device)
         extra = {"relative": relative} if relative is not None else {}
@@ -228,9 +230,18 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, input_ids: Tensor, decoder_input_ids: Tensor, attention_mask: Tensor | None = None,
                 decoder_attention_mask: Tensor | None = None) -> tuple[BackboneOutput, BackboneOutput]:
-        enc = self.encoder(input_ids, attention_mask)
+        enc_tokens = dec_tokens = None
+        table = self.encoder.embeddings.token
+        if self.decoder.embeddings.token is table and torch.is_grad_enabled() and table.weight.requires_grad:
+            # One lookup for both stacks: the backward of each lookup writes a dense [V, E] gradient (a zero-fill of
+            # the whole table, then the rows), so one lookup is one such buffer a step instead of two.
+            flat = table(torch.cat([input_ids.reshape(-1), decoder_input_ids.reshape(-1)]))
+            enc_tokens, dec_tokens = flat.split([input_ids.numel(), decoder_input_ids.numel()])
+            enc_tokens = enc_tokens.view(*input_ids.shape, -1)
+            dec_tokens = dec_tokens.view(*decoder_input_ids.shape, -1)
+        enc = self.encoder(input_ids, attention_mask, token_embeds=enc_tokens)
         dec = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=enc.last_hidden_state,
-                           encoder_attention_mask=attention_mask)
+                           encoder_attention_mask=attention_mask, token_embeds=dec_tokens)
         return enc, dec
 
 

@@ -44,11 +44,13 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, task_type_ids: Tensor | None = None,
-                block_position_ids: Tensor | None = None) -> Tensor:
+                block_position_ids: Tensor | None = None, token_embeds: Tensor | None = None) -> Tensor:
         """``task_type_ids``: ``[B]`` (one task per sample) or ``[B, L]``; 0 when not given. ``block_position_ids``
-        ``[B, L]``: GLM's intra-span positions (0 when not given)."""
+        ``[B, L]``: GLM's intra-span positions (0 when not given). ``token_embeds`` ``[B, L, E]``: the token table's
+        rows for ``input_ids`` looked up already (:class:`~plm_lightning.nn.backbone.EncoderDecoder` looks up both
+        stacks' tokens at once)."""
         length = input_ids.shape[1]
-        x = self.token(input_ids)
+        x = self.token(input_ids) if token_embeds is None else token_embeds
         if self.kind in ("learned", "sinusoidal"):
             if position_ids is None:
                 position_ids = torch.arange(length, device=input_ids.device)[None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from plm_lightning.nn.dropout import Dropout
+from plm_lightning.nn.dropout import Dropout, relu_dropout
 
 ACTIVATIONS = {
     "gelu": F.gelu,
@@ -37,5 +37,10 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.fc_gate(x)) * self.fc_in(x) if self.fc_gate is not None else self.act(self.fc_in(x))
-        return self.fc_out(self.dropout(h))
+        if self.fc_gate is not None:
+            h = self.dropout(self.act(self.fc_gate(x)) * self.fc_in(x))
+        elif self.act is F.relu:
+            h = relu_dropout(self.fc_in(x), self.dropout.p, self.training)
+        else:
+            h = self.dropout(self.act(self.fc_in(x)))
+        return self.fc_out(h)

@@ -77,12 +77,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, *_: Tensor):  # noqa: ANN001, ANN205
+        if getattr(ctx, "consumed", False):
+            raise RuntimeError("linear_cross_entropy's gradients were scaled in place by an earlier backward pass; "
+                               "it can be differentiated once per forward (retain_graph=True is not supported)")
+        ctx.consumed = True
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         if grad_hidden is None:
             raise RuntimeError("linear_cross_entropy ran without gradients (under no_grad or on inputs that did not "
                                "require them) and cannot be differentiated")
-        return (grad_hidden * grad_loss.to(grad_hidden.dtype), (grad_weight * grad_loss).to(ctx.weight_dtype),
-                None if grad_bias is None else (grad_bias * grad_loss).to(ctx.bias_dtype), None, None, None, None)
+        # Scaled in place: the buffers are this forward's own, and a fresh [V, H] weight gradient costs as much again
+        # in page faults as the scaling itself (a 32k x 768 head on CPU: ~0.2 s a step).
+        grad_hidden.mul_(grad_loss.to(grad_hidden.dtype))
+        grad_weight.mul_(grad_loss)
+        if grad_bias is not None:
+            grad_bias.mul_(grad_loss)
+        return (grad_hidden, grad_weight.to(ctx.weight_dtype),
+                None if grad_bias is None else grad_bias.to(ctx.bias_dtype), None, None, None, None)
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
