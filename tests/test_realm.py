@@ -295,6 +295,35 @@ def test_copy_steps_have_the_reader_read_its_own_block_without_training_the_retr
         model.zero_grad()
 
 
+def test_copy_weight_adds_the_readers_own_loss_on_the_own_block_pair(model, world_data, monkeypatch) -> None:
+    """``copy_weight``: in the copy steps the loss is the marginal plus ``copy_weight`` x ``-log p(y | x, own block)``,
+    the reader's loss with that block alone."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.train()
+    read = []
+    original = model._read
+    monkeypatch.setattr(model, "_read", lambda b, *rest: read.append(rest) or original(b, *rest))
+    model.hparams.copy_steps = 5
+    try:
+        torch.manual_seed(0)
+        plain = model.compute_loss(batch)
+        assert "copy_loss" not in plain
+        model.hparams.copy_weight = 0.5
+        torch.manual_seed(0)
+        out = model.compute_loss(batch)
+        assert out["loss"].item() == pytest.approx(plain["loss"].item() + 0.5 * out["copy_loss"].item(), rel=1e-5)
+        docs, doc_mask = read[-1][:2]
+        model.eval()  # no dropout: the two reads must agree
+        with torch.no_grad():
+            together = original(batch, docs, doc_mask, torch.zeros_like(docs[..., 0], dtype=torch.float).log_softmax(-1),
+                                {}, False, docs.shape[1] - 2)
+            alone = original(batch, docs[:, -2:-1], doc_mask[:, -2:-1], torch.zeros(len(docs), 1), {}, False, None)
+        assert together["copy_loss"].item() == pytest.approx(alone["loss"].item(), rel=1e-4)
+    finally:
+        model.hparams.copy_steps, model.hparams.copy_weight = 0, 0.0
+        model.train()
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""
@@ -327,6 +356,10 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(ict_weight=-1.0)
     with pytest.raises(ConfigError, match="copy_steps"):
         REALM(copy_steps=-1)
+    with pytest.raises(ConfigError, match="copy_weight"):
+        REALM(copy_weight=-1.0)
+    with pytest.raises(ConfigError, match="copy_steps > 0"):
+        REALM(copy_weight=1.0)
 
 
 @pytest.mark.slow

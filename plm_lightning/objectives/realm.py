@@ -55,7 +55,7 @@ class REALM(PretrainingModule):
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
                  ict_reader: Literal["null", "retrieved"] = "null", ict_weight: float = 0.0, copy_steps: int = 0,
-                 oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
+                 copy_weight: float = 0.0, oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -75,6 +75,10 @@ class REALM(PretrainingModule):
                 3.4) replaces the last of its top-k and ``p(z|x)`` carries no gradient: the reader learns to copy
                 from a document that surely holds the answer, the retriever learns nothing from it (REALM forbids
                 trivial retrieval because the *retriever* would learn string matching). 0: none, REALM.
+            copy_weight: During the copy steps, the reader's own loss on the (query, own block) pair alone,
+                ``-log p(y | x, own block)``, is added with this weight (0: off). Not REALM's: the marginal rewards
+                copying only in proportion to ``p(own block|x)``, and a reader that ignores documents keeps that
+                share small (measured: 0.21), so this supervises copying directly.
             oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
                 stating the query's fact replaces the last of the top-k when the search missed every one, so the
                 reader always has the answer to read (``retrieval_recall`` is then 1).
@@ -90,8 +94,10 @@ class REALM(PretrainingModule):
         if top_k < 1 or retriever_dim < 1 or refresh_every < 1 or ict_steps < 0 or copy_steps < 0:
             raise ConfigError(f"model: top_k={top_k}, retriever_dim={retriever_dim} and refresh_every={refresh_every} "
                               f"must be >= 1, ict_steps={ict_steps} and copy_steps={copy_steps} >= 0")
-        if ict_weight < 0:
-            raise ConfigError(f"model.ict_weight={ict_weight} must be >= 0")
+        if ict_weight < 0 or copy_weight < 0:
+            raise ConfigError(f"model: ict_weight={ict_weight} and copy_weight={copy_weight} must be >= 0")
+        if copy_weight > 0 and copy_steps == 0:
+            raise ConfigError("model.copy_weight acts during the copy steps: set model.copy_steps > 0 as well")
         if ict_reader not in ("null", "retrieved"):
             raise ConfigError(f"model.ict_reader={ict_reader!r} is not one of null, retrieved")
         if search not in SEARCHES:
@@ -244,7 +250,8 @@ class REALM(PretrainingModule):
         if null_only:  # the baseline and the reader's warm start: the null document alone, p(z = null | x) = 1
             docs = torch.full((b, 1, 2), pad, dtype=torch.long, device=ids.device)
             docs[:, 0] = torch.tensor([self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]], device=ids.device)
-            return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
+            return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm,
+                              None)
         # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
         copying = self.training and not warm and self.global_step < self.hparams.ict_steps + self.hparams.copy_steps
         with torch.set_grad_enabled(torch.is_grad_enabled() and not warm and not copying):
@@ -271,14 +278,15 @@ class REALM(PretrainingModule):
             null_mask[:, 0, :2] = 1
             docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
         log_pz = scores.float().log_softmax(-1)  # [B, Z]
-        out = self._read(batch, docs, doc_mask, log_pz, out, warm)
+        out = self._read(batch, docs, doc_mask, log_pz, out, warm, top.shape[1] - 1 if copying else None)
         if self.hparams.null_document:
             out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
         return out
 
     def _read(self, batch: dict[str, Tensor], docs: Tensor, doc_mask: Tensor, log_pz: Tensor,
-              out: dict[str, Tensor], warm: bool) -> dict[str, Tensor]:
-        """The reader over every (query, document) pair and the marginal ``-log sum_z p(z|x) p(y|x, z)``."""
+              out: dict[str, Tensor], warm: bool, own_slot: int | None) -> dict[str, Tensor]:
+        """The reader over every (query, document) pair and the marginal ``-log sum_z p(z|x) p(y|x, z)``; in the
+        copy steps ``own_slot`` is where each query's own block sits (for ``copy_weight``)."""
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         b, z = ids.shape[0], log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
@@ -297,6 +305,9 @@ class REALM(PretrainingModule):
         per_token = log_pz.new_zeros(b, z, m).index_put((bi, zi, ri), token_logp)  # log p(y_j | z, x)
         marginal = torch.logsumexp(log_pz + per_token.sum(-1), -1)  # log p(y | x), eq. 2
         out["loss"] = -marginal.mean()
+        if own_slot is not None and self.hparams.copy_weight > 0:
+            out["copy_loss"] = -per_token[:, own_slot].sum(-1).mean()  # -log p(y | x, own block): the reader alone
+            out["loss"] = out["loss"] + self.hparams.copy_weight * out["copy_loss"]
         # per token: log sum_z p(z|x) p(y_j|z,x), and the argmax of the mixture (the reported LM loss and accuracy)
         valid = torch.arange(m, device=ids.device)[None] < chosen.sum(1)[:, None]
         token_marginal = torch.logsumexp(log_pz[..., None] + per_token, 1)[valid]
