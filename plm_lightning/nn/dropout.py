@@ -11,6 +11,7 @@ element, not four). Other devices, big-endian machines and ``p >= 1`` keep ``F.d
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -23,9 +24,7 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 def keep_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu") -> Tensor:
     """A boolean tensor of ``shape``, each element True with probability ``1 - p`` (to within 2^-16),
     independently, from the default generator: four elements per 63-bit draw (module docstring)."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     chunks = words.view(torch.int16).view(-1, 4)  # little-endian: chunk 3 holds the word's top 15 bits
     full, top = round(p * 65536), round(p * 32768)  # drop the lowest `full` of 2^16 values (`top` of 2^15)
@@ -48,10 +47,15 @@ class _MaskedScale(torch.autograd.Function):
         return grad.mul(keep).mul_(ctx.scale), None, None
 
 
+def _cpu_mask(x: Tensor, p: float) -> bool:
+    """Whether :func:`keep_mask` draws the mask (CPU, little-endian, 0 < p < 1)."""
+    return x.device.type == "cpu" and 0.0 < p < 1.0 and _LITTLE_ENDIAN
+
+
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0 or not _LITTLE_ENDIAN:
+    if not _cpu_mask(x, p):
         return F.dropout(x, p, training)
     return _MaskedScale.apply(x, keep_mask(x.shape, p), 1.0 / (1.0 - p))
 
@@ -60,7 +64,7 @@ def relu_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """``dropout(relu(x))`` (the inner activation of T5's and the Transformer's feed-forward layer). On CPU while
     training it is one masked scale: the keep mask is and-ed with ``x > 0``, whose product is also ``relu``'s
     gradient, so neither the ReLU output nor its backward buffer is made."""
-    if not training or p == 0.0 or x.device.type != "cpu" or p >= 1.0 or not _LITTLE_ENDIAN:
+    if not training or not _cpu_mask(x, p):
         return dropout(F.relu(x), p, training)
     keep = keep_mask(x.shape, p).logical_and_(x.detach() > 0)
     return _MaskedScale.apply(x, keep, 1.0 / (1.0 - p))
