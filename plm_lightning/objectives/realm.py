@@ -250,8 +250,7 @@ class REALM(PretrainingModule):
         if null_only:  # the baseline and the reader's warm start: the null document alone, p(z = null | x) = 1
             docs = torch.full((b, 1, 2), pad, dtype=torch.long, device=ids.device)
             docs[:, 0] = torch.tensor([self.tokenizer.ids["cls"], self.tokenizer.ids["sep"]], device=ids.device)
-            return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm,
-                              None)
+            return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
         # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
         copying = self.training and not warm and self.global_step < self.hparams.ict_steps + self.hparams.copy_steps
         with torch.set_grad_enabled(torch.is_grad_enabled() and not warm and not copying):
@@ -284,7 +283,7 @@ class REALM(PretrainingModule):
         return out
 
     def _read(self, batch: dict[str, Tensor], docs: Tensor, doc_mask: Tensor, log_pz: Tensor,
-              out: dict[str, Tensor], warm: bool, own_slot: int | None) -> dict[str, Tensor]:
+              out: dict[str, Tensor], warm: bool, own_slot: int | None = None) -> dict[str, Tensor]:
         """The reader over every (query, document) pair and the marginal ``-log sum_z p(z|x) p(y|x, z)``; in the
         copy steps ``own_slot`` is where each query's own block sits (for ``copy_weight``)."""
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
