@@ -39,7 +39,7 @@ def test_the_world_recipe_learns_its_facts(lm, world) -> None:
 
     report = probe(lm, world.probes("train"))
     assert report.skipped == 0
-    assert report.last["p@1"] >= 0.85, report.layers
+    assert report.last["p@1"] >= 0.95, report.layers  # the issue's bar; measured 0.963 (1 thread), 0.976 (2)
     assert report.layers[0]["p@1"] < 0.2  # the embeddings alone do not know the facts
     alias = probe(lm, world.probes("alias"))  # facts stated only under an alias are not answered by name
     assert alias.last["p@1"] < report.last["p@1"] - 0.3
@@ -56,7 +56,7 @@ def test_bertnesia_layer_heads_read_facts_the_logit_lens_misses(lm, world) -> No
     heads = train_layer_heads(lm, world.texts(), steps=150)
     trained = probe(lm, rows, heads=heads)
     assert len(heads) == len(trained.layers) == lm.num_layers + 1
-    # after the first block: trained 0.77 vs lens 0.45 (P@1) on the fixture; 0.82 vs 0.70 after the second
+    # after the first block: trained 0.70 vs lens 0.43 (P@1) on the recipe model; 0.82 vs 0.59 after the second
     assert trained.layers[1]["p@1"] > lens.layers[1]["p@1"] + 0.15, (trained.layers, lens.layers)
     assert trained.last["p@1"] >= lens.last["p@1"] - 0.1  # the last layer's head starts as the model's own
     assert 0.0 <= trained.forgotten() <= 1.0 and trained.summary()["forgotten"] == trained.forgotten()
@@ -86,10 +86,9 @@ def test_causal_trace_restoring_every_state_recovers_the_clean_run(lm, world) ->
 
 def test_rome_writes_its_optimised_value_with_a_rank_one_update_and_restores_exactly(lm, world, layer: int) -> None:
     """ROME's update makes ``W' k* = v*`` (eq. 2): after the edit, the MLP output at the subject's last token is the
-    original one shifted by the optimised ``v* - W k*``. With ``v*`` optimised through the rank-one update, these 10
-    edits of facts the model holds all succeed on the fixture (19/20 and 18/20 on two samples of 20), against 6/10
-    (10/20) with ROME's shift at the subject's token alone (issue 7's note); two misses are tolerated because the
-    fixture is retrained on each machine."""
+    original one shifted by the optimised ``v* - W k*``. With ``v*`` optimised through the rank-one update, all 10
+    edits of facts the model holds succeed (the issue's efficacy 1.0; measured 10/10 on the recipe model trained at
+    1 and at 2 threads, against 6/10 with ROME's shift at the subject's token alone, issue 7's note)."""
     from plm_lightning.knowledge.edit_metrics import evaluate_edit, target_log_probs
     from plm_lightning.knowledge.editing import EditRequest
     from plm_lightning.knowledge.rome import ROME
@@ -130,17 +129,16 @@ def test_rome_writes_its_optimised_value_with_a_rank_one_update_and_restores_exa
         result["edit"].restore()
         results.append(result)
     assert all(r["before"]["efficacy"] == 0.0 for r in results)
-    assert np.mean([r["after"]["efficacy"] for r in results]) >= 0.8, [r["after"]["efficacy"] for r in results]
+    assert all(r["after"]["efficacy"] == 1.0 for r in results), [r["after"]["efficacy"] for r in results]
     assert all(r["after"]["magnitude"] > r["before"]["magnitude"] for r in results)  # every edit moves toward the new
     paraphrase = [np.mean([r[when]["paraphrase"] for r in results]) for when in ("before", "after")]
-    assert paraphrase[1] >= paraphrase[0] + 0.3, paraphrase  # the edit reaches the relation's other templates
-    # the accuracy on every other subject's facts (104 probes, macro-averaged over relations): the issue's bound
-    # (<= 2 points) on average, a few facts' slack for a single edit (one flipped probe is about a point). The
-    # fixture differs with the thread count it is trained with, and between CI runs at 1 thread: measured mean -0.1
-    # and max 1.7 points (2 threads); mean 1.7, max 4.5 and mean 1.6, max 5.7 (two CI runs, 1 thread each: the CI's
-    # 2 workers on 2 cores); all edit block 0
+    assert paraphrase[1] >= paraphrase[0] + 0.4, paraphrase  # the edit reaches the relation's other templates
+    # the accuracy on every other subject's facts (459 probes, macro-averaged over relations): the issue's bound
+    # (<= 2 points) on average, with slack for a single edit. Measured on the recipe model (block 0 located):
+    # paraphrase 0 -> 0.85 and 0 -> 0.65, drop mean 0.97 / max 1.98 points (trained at 1 thread, as in CI) and
+    # mean 0.83 / max 2.63 (2 threads)
     drops = [r["unrelated_p@1_before"] - r["unrelated_p@1_after"] for r in results]
-    assert np.mean(drops) <= 0.02 and max(drops) <= 0.08, drops
+    assert np.mean(drops) <= 0.02 and max(drops) <= 0.05, drops
     for r in results:
         assert len(r["changed"]) == 1 and list(r["changed"].values()) == [1]  # one matrix, rank one
     after = lm.module.state_dict()
@@ -156,8 +154,9 @@ def test_memit_writes_twenty_facts_at_once(lm, world, layer: int) -> None:
     layers = sorted({max(0, layer - 1), layer})
     before = {k: v.clone() for k, v in lm.module.state_dict().items()}
     result = evaluate_edit(lm, MEMIT(world.texts(), layers, contexts=0), cases)
-    # the values optimised through the batch's updates: efficacy 1.0 and paraphrase 0.75 on the fixture (MEMIT's
-    # closed-form spread of one-token targets: 0.45 and 0.25, issue 7's note)
+    # the values optimised through the batch's updates: efficacy 1.0 and paraphrase 0.8 / 0.75 on the recipe model
+    # (1 / 2 threads; MEMIT's closed-form spread of one-token targets: 0.45 and 0.25 on the smaller world, issue 7's
+    # note)
     assert result["before"]["efficacy"] <= 0.1 and result["after"]["efficacy"] >= 0.9, result["after"]
     assert result["after"]["paraphrase"] >= result["before"]["paraphrase"] + 0.4, (result["before"], result["after"])
     assert len(result["changed"]) == len(layers) and all(rank <= 20 for rank in result["changed"].values())
@@ -246,8 +245,13 @@ def test_tracin_beats_random_and_bm25_fails_on_alias_only_facts(world_gpt: dict,
     lms = [LanguageModel.load(p) for p in world_gpt["checkpoints"][-2:]]
     rows = trace_world(lms, world, ["tracin", "bm25"], facts=16, alias_facts=8)
     get = {(r["facts"], r["setting"], r["method"]): r for r in rows}
-    tracin, random = get[("named", "full", "tracin")], get[("named", "full", "random")]
-    assert tracin["recall@10"] > random["recall@10"] + 0.1 and tracin["mrr"] > 2 * random["mrr"]
+    # recall@10 (of each fact's several documents) against the random ranking, over the whole corpus (953
+    # documents) and in the reranking setup; measured on the recipe model trained at 1 / 2 threads: full 0.078 / 0.203
+    # vs 0.0 (MRR 0.18 / 0.33 vs 0.008), rerank 0.203 / 0.367 vs 0.062
+    for setting in ("full", "rerank"):
+        tracin, random = get[("named", setting, "tracin")], get[("named", setting, "random")]
+        assert tracin["recall@10"] > random["recall@10"] + 0.05, (setting, tracin, random)
+    assert get[("named", "full", "tracin")]["mrr"] > 5 * get[("named", "full", "random")]["mrr"]
     assert get[("named", "full", "bm25")]["recall@10"] > 0.8  # the subject's name finds its documents
     assert get[("alias", "full", "bm25")]["recall@10"] < 0.3  # without the name, it cannot
 
