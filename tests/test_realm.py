@@ -324,6 +324,41 @@ def test_copy_weight_adds_the_readers_own_loss_on_the_own_block_pair(model, worl
         model.train()
 
 
+def test_copy_source_fact_has_the_reader_read_another_block_stating_the_fact(model, world_data, monkeypatch) -> None:
+    """``copy_source="fact"``: the copy slot holds a block that states the query's fact and is not its own, drawn
+    among them (so over draws more than one of a fact's blocks is read); a query without one reads its own."""
+    batch = next(iter(world_data.train_dataloader()))
+    relevant, own = batch["relevant_blocks"], batch["block_ids"]
+    assert (relevant >= 0).sum(1).max() >= 2  # some fact is stated by two blocks besides the query's own
+    lone = (relevant < 0).all(1)
+    model.train()
+    read = []
+    original = model._read
+    monkeypatch.setattr(model, "_read", lambda b, docs, *rest: read.append(docs) or original(b, docs, *rest))
+    model.hparams.copy_steps, model.hparams.copy_source = 5, "fact"
+    try:
+        drawn = []
+        for seed in range(8):
+            torch.manual_seed(seed)
+            chosen = model._copy_blocks(batch)
+            for b in range(len(own)):
+                options = set(relevant[b][relevant[b] >= 0].tolist())
+                assert chosen[b].item() == own[b].item() if lone[b] else chosen[b].item() in options
+            drawn.append(chosen)
+        spread = torch.stack(drawn)  # [draws, B]
+        assert any(len(set(spread[:, b].tolist())) > 1 for b in range(len(own)))  # not always the first one
+        torch.manual_seed(3)
+        expected = model._copy_blocks(batch)
+        torch.manual_seed(3)
+        model.compute_loss(batch)  # the search draws nothing at random, so the read block is the same draw
+        docs = read[-1]
+        for b, block in enumerate(expected.tolist()):
+            tokens = model.corpus_ids[block][model.corpus_mask[block].bool()]
+            assert docs[b, -2, : len(tokens)].tolist() == tokens.tolist()
+    finally:
+        model.hparams.copy_steps, model.hparams.copy_source = 0, "own"
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""
@@ -360,6 +395,8 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(copy_weight=-1.0)
     with pytest.raises(ConfigError, match="copy_steps > 0"):
         REALM(copy_weight=1.0)
+    with pytest.raises(ConfigError, match="copy_source='gold' is not one of own, fact"):
+        REALM(copy_source="gold")
 
 
 @pytest.mark.slow

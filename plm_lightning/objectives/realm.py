@@ -55,7 +55,8 @@ class REALM(PretrainingModule):
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
                  ict_reader: Literal["null", "retrieved"] = "null", ict_weight: float = 0.0, copy_steps: int = 0,
-                 copy_weight: float = 0.0, oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
+                 copy_weight: float = 0.0, copy_source: Literal["own", "fact"] = "own", oracle_retrieval: bool = False,
+                 **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -79,6 +80,11 @@ class REALM(PretrainingModule):
                 ``-log p(y | x, own block)``, is added with this weight (0: off). Not REALM's: the marginal rewards
                 copying only in proportion to ``p(own block|x)``, and a reader that ignores documents keeps that
                 share small (measured: 0.21), so this supervises copying directly.
+            copy_source: The block the copy steps put in the last slot: own (the query's own block, which states
+                its sentence verbatim) or fact (another block stating the query's fact, drawn at random among them:
+                the reader learns to answer from a paraphrase, not to match a string). fact is supervised by the
+                data's fact labels (the synthetic world's), so it is not REALM's unsupervised setting; a query whose
+                fact no other block states gets its own block.
             oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
                 stating the query's fact replaces the last of the top-k when the search missed every one, so the
                 reader always has the answer to read (``retrieval_recall`` is then 1).
@@ -98,6 +104,8 @@ class REALM(PretrainingModule):
             raise ConfigError(f"model: ict_weight={ict_weight} and copy_weight={copy_weight} must be >= 0")
         if copy_weight > 0 and copy_steps == 0:
             raise ConfigError("model.copy_weight acts during the copy steps: set model.copy_steps > 0 as well")
+        if copy_source not in ("own", "fact"):
+            raise ConfigError(f"model.copy_source={copy_source!r} is not one of own, fact")
         if ict_reader not in ("null", "retrieved"):
             raise ConfigError(f"model.ict_reader={ict_reader!r} is not one of null, retrieved")
         if search not in SEARCHES:
@@ -258,9 +266,9 @@ class REALM(PretrainingModule):
             top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
             if self.hparams.oracle_retrieval:
                 top = self._with_relevant_block(top, batch.get("relevant_blocks"))
-            searched = top  # the copy phase logs the search's recall; the reader reads its own block in the last slot
+            searched = top  # the copy phase logs the search's recall; the reader reads the copy block in the last slot
             if copying:
-                top = torch.cat([top[:, :-1], batch["block_ids"].to(top.device)[:, None]], 1)
+                top = torch.cat([top[:, :-1], self._copy_blocks(batch).to(top.device)[:, None]], 1)
             docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
             width = int(doc_mask.sum(-1).max())
             docs, doc_mask = docs[..., :width], doc_mask[..., :width]
@@ -283,9 +291,9 @@ class REALM(PretrainingModule):
         return out
 
     def _read(self, batch: dict[str, Tensor], docs: Tensor, doc_mask: Tensor, log_pz: Tensor,
-              out: dict[str, Tensor], warm: bool, own_slot: int | None = None) -> dict[str, Tensor]:
+              out: dict[str, Tensor], warm: bool, copy_slot: int | None = None) -> dict[str, Tensor]:
         """The reader over every (query, document) pair and the marginal ``-log sum_z p(z|x) p(y|x, z)``; in the
-        copy steps ``own_slot`` is where each query's own block sits (for ``copy_weight``)."""
+        copy steps ``copy_slot`` is where each query's copy block sits (for ``copy_weight``)."""
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         b, z = ids.shape[0], log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
@@ -304,8 +312,8 @@ class REALM(PretrainingModule):
         per_token = log_pz.new_zeros(b, z, m).index_put((bi, zi, ri), token_logp)  # log p(y_j | z, x)
         marginal = torch.logsumexp(log_pz + per_token.sum(-1), -1)  # log p(y | x), eq. 2
         out["loss"] = -marginal.mean()
-        if own_slot is not None and self.hparams.copy_weight > 0:
-            out["copy_loss"] = -per_token[:, own_slot].sum(-1).mean()  # -log p(y | x, own block): the reader alone
+        if copy_slot is not None and self.hparams.copy_weight > 0:
+            out["copy_loss"] = -per_token[:, copy_slot].sum(-1).mean()  # -log p(y | x, copy block): the reader alone
             out["loss"] = out["loss"] + self.hparams.copy_weight * out["copy_loss"]
         # per token: log sum_z p(z|x) p(y_j|z,x), and the argmax of the mixture (the reported LM loss and accuracy)
         valid = torch.arange(m, device=ids.device)[None] < chosen.sum(1)[:, None]
@@ -319,6 +327,20 @@ class REALM(PretrainingModule):
             out["loss"] = out["loss"] + (1.0 if warm else self.hparams.ict_weight) * out["ict_loss"]
         self._shapes = (b, z, width, ids.shape[1], docs.shape[-1])
         return out
+
+    def _copy_blocks(self, batch: dict[str, Tensor]) -> Tensor:
+        """The block each query reads in the copy steps (``copy_source``): its own, or one drawn uniformly among the
+        other blocks that state its fact (its own where there is none)."""
+        own = batch["block_ids"]
+        if self.hparams.copy_source == "own":
+            return own
+        relevant = batch.get("relevant_blocks")
+        if relevant is None:
+            raise ConfigError("model.copy_source=fact needs data that knows which blocks state each query's fact: "
+                              "use data.source: world (the synthetic knowledge world)")
+        count = (relevant >= 0).sum(1)
+        pick = (torch.rand(len(count), device=relevant.device) * count.clamp_min(1)).long()
+        return torch.where(count > 0, relevant.gather(1, pick[:, None])[:, 0], own.to(relevant.device))
 
     @staticmethod
     def _with_relevant_block(top: Tensor, relevant: Tensor | None) -> Tensor:
