@@ -81,10 +81,12 @@ class REALM(PretrainingModule):
                 copying only in proportion to ``p(own block|x)``, and a reader that ignores documents keeps that
                 share small (measured: 0.21), so this supervises copying directly.
             copy_source: The block the copy steps put in the last slot: own (the query's own block, which states
-                its sentence verbatim) or fact (another block stating the query's fact, drawn at random among them:
-                the reader learns to answer from a paraphrase, not to match a string). fact is supervised by the
-                data's fact labels (the synthetic world's), so it is not REALM's unsupervised setting; a query whose
-                fact no other block states gets its own block.
+                its sentence verbatim) or fact (another block stating the query's fact, drawn at random among them,
+                so that copying means reading a paraphrase, not matching a string). fact is supervised by the data's
+                fact labels (the synthetic world's), so it is not REALM's unsupervised setting; a query whose fact no
+                other block states gets its own block. On training queries a memorised fact meets the copy loss as
+                well as reading does (measured: with oracle blocks, such a reader scores 0.086 on held-out facts;
+                README).
             oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
                 stating the query's fact replaces the last of the top-k when the search missed every one, so the
                 reader always has the answer to read (``retrieval_recall`` is then 1).
