@@ -325,34 +325,32 @@ def test_copy_weight_adds_the_readers_own_loss_on_the_own_block_pair(model, worl
 
 
 def test_copy_source_fact_has_the_reader_read_another_block_stating_the_fact(model, world_data, monkeypatch) -> None:
-    """``copy_source="fact"``: the copy slot holds a block that states the query's fact and is not its own, drawn
-    among them (so over draws more than one of a fact's blocks is read); a query without one reads its own."""
+    """``copy_source="fact"``: the copy slot holds a block that states the query's fact and is not its own, drawn by
+    the collator among them from the sample's key (so over epochs more than one of a fact's blocks is read, and the
+    same key draws the same block); a query without one reads its own."""
+    collator, queries = world_data.collator(), world_data.corpus.queries["train"][:24]
+    draws = [collator([{"epoch": epoch, "index": i, "query": q} for i, q in enumerate(queries)])
+             for epoch in range(8)]
+    for batch in draws:
+        relevant, own = batch["relevant_blocks"], batch["block_ids"]
+        for b, chosen in enumerate(batch["fact_blocks"].tolist()):
+            options = set(relevant[b][relevant[b] >= 0].tolist())
+            assert chosen in options if options else chosen == own[b].item()
+    assert max(len(q.relevant) for q in queries) >= 2  # some fact is stated by two blocks besides the query's own
+    spread = torch.stack([batch["fact_blocks"] for batch in draws])  # [epochs, queries]
+    assert any(len(set(spread[:, b].tolist())) > 1 for b in range(len(queries)))  # not always the first one
+    again = collator([{"epoch": 3, "index": i, "query": q} for i, q in enumerate(queries)])
+    assert torch.equal(again["fact_blocks"], draws[3]["fact_blocks"])
     batch = next(iter(world_data.train_dataloader()))
-    relevant, own = batch["relevant_blocks"], batch["block_ids"]
-    assert (relevant >= 0).sum(1).max() >= 2  # some fact is stated by two blocks besides the query's own
-    lone = (relevant < 0).all(1)
     model.train()
     read = []
     original = model._read
     monkeypatch.setattr(model, "_read", lambda b, docs, *rest: read.append(docs) or original(b, docs, *rest))
     model.hparams.copy_steps, model.hparams.copy_source = 5, "fact"
     try:
-        drawn = []
-        for seed in range(8):
-            torch.manual_seed(seed)
-            chosen = model._copy_blocks(batch)
-            for b in range(len(own)):
-                options = set(relevant[b][relevant[b] >= 0].tolist())
-                assert chosen[b].item() == own[b].item() if lone[b] else chosen[b].item() in options
-            drawn.append(chosen)
-        spread = torch.stack(drawn)  # [draws, B]
-        assert any(len(set(spread[:, b].tolist())) > 1 for b in range(len(own)))  # not always the first one
-        torch.manual_seed(3)
-        expected = model._copy_blocks(batch)
-        torch.manual_seed(3)
-        model.compute_loss(batch)  # the search draws nothing at random, so the read block is the same draw
+        model.compute_loss(batch)
         docs = read[-1]
-        for b, block in enumerate(expected.tolist()):
+        for b, block in enumerate(batch["fact_blocks"].tolist()):
             tokens = model.corpus_ids[block][model.corpus_mask[block].bool()]
             assert docs[b, -2, : len(tokens)].tolist() == tokens.tolist()
     finally:

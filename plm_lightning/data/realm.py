@@ -134,7 +134,9 @@ class RealmQueries(KeyedList):
 
 
 class REALMCollator:
-    """Masks one salient span per query (seeded per sample) and builds the ICT pairs from the blocks."""
+    """Masks one salient span per query (seeded per sample) and builds the ICT pairs from the blocks; on world data
+    also draws, per query, one of the other blocks that state its fact (``fact_blocks``, its own block where none
+    does: what ``REALM(copy_source="fact")`` reads in its copy steps)."""
 
     objective = "salient_span"
 
@@ -148,9 +150,11 @@ class REALMCollator:
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         keys = sample_keys(self.seed, samples)
-        inputs, labels, ict_queries, contexts = [], [], [], []
+        inputs, labels, ict_queries, contexts, fact_blocks = [], [], [], [], []
         for sample, key in zip(samples, keys):
             q: RealmQuery = sample["query"]
+            pick = min(int(uniforms(np.uint64(key), 1, 13)[0, 0] * len(q.relevant)), len(q.relevant) - 1)
+            fact_blocks.append(q.relevant[pick] if q.relevant else q.block)
             masked, label, _ = mask_salient_span(q.ids, q.token_words, q.spans, key, self.mask)
             inputs.append(self._wrap(masked))
             labels.append(np.concatenate([[-100], label, [-100]]))
@@ -168,7 +172,7 @@ class REALMCollator:
         lengths = lambda rows, width: torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]  # noqa: E731
         return {"input_ids": ids, "attention_mask": lengths(inputs, ids.shape[1]).long(),
                 "labels": pad_rows(labels, -100), "block_ids": torch.tensor([s["query"].block for s in samples]),
-                "relevant_blocks": relevant,
+                "relevant_blocks": relevant, "fact_blocks": torch.tensor(fact_blocks),
                 "ict_query_ids": ict_ids, "ict_query_mask": lengths(ict_queries, ict_ids.shape[1]).long(),
                 "ict_context_ids": ctx_ids, "ict_context_mask": lengths(contexts, ctx_ids.shape[1]).long()}
 

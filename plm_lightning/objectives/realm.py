@@ -76,9 +76,9 @@ class REALM(PretrainingModule):
                 3.4) replaces the last of its top-k and ``p(z|x)`` carries no gradient: the reader learns to copy
                 from a document that surely holds the answer, the retriever learns nothing from it (REALM forbids
                 trivial retrieval because the *retriever* would learn string matching). 0: none, REALM.
-            copy_weight: During the copy steps, the reader's own loss on the (query, own block) pair alone,
-                ``-log p(y | x, own block)``, is added with this weight (0: off). Not REALM's: the marginal rewards
-                copying only in proportion to ``p(own block|x)``, and a reader that ignores documents keeps that
+            copy_weight: During the copy steps, the reader's own loss on the (query, copy block) pair alone,
+                ``-log p(y | x, copy block)``, is added with this weight (0: off). Not REALM's: the marginal rewards
+                copying only in proportion to ``p(copy block|x)``, and a reader that ignores documents keeps that
                 share small (measured: 0.21), so this supervises copying directly.
             copy_source: The block the copy steps put in the last slot: own (the query's own block, which states
                 its sentence verbatim) or fact (another block stating the query's fact, drawn at random among them,
@@ -331,18 +331,14 @@ class REALM(PretrainingModule):
         return out
 
     def _copy_blocks(self, batch: dict[str, Tensor]) -> Tensor:
-        """The block each query reads in the copy steps (``copy_source``): its own, or one drawn uniformly among the
-        other blocks that state its fact (its own where there is none)."""
-        own = batch["block_ids"]
+        """The block each query reads in the copy steps (``copy_source``): its own, or the one the collator drew
+        among the other blocks that state its fact (its own where there is none)."""
         if self.hparams.copy_source == "own":
-            return own
-        relevant = batch.get("relevant_blocks")
-        if relevant is None:
+            return batch["block_ids"]
+        if "fact_blocks" not in batch:
             raise ConfigError("model.copy_source=fact needs data that knows which blocks state each query's fact: "
                               "use data.source: world (the synthetic knowledge world)")
-        count = (relevant >= 0).sum(1)
-        pick = (torch.rand(len(count), device=relevant.device) * count.clamp_min(1)).long()
-        return torch.where(count > 0, relevant.gather(1, pick[:, None])[:, 0], own.to(relevant.device))
+        return batch["fact_blocks"]
 
     @staticmethod
     def _with_relevant_block(top: Tensor, relevant: Tensor | None) -> Tensor:
