@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
+from plm_lightning.data.corruption.salient_span import mask_salient_span, replace_span, salient_spans
 from plm_lightning.errors import ConfigError
 from tests.conftest import ROOT, run_cli
 
@@ -48,6 +48,27 @@ def test_salient_span_masking_masks_exactly_one_whole_span(sample, key: int) -> 
     assert (labels[inside] == ids[inside]).all() and (labels[~inside] == -100).all()
     again = mask_salient_span(ids, token_words, spans, np.uint64(key), mask_id=1)  # a pure function of the key
     assert (again[0] == masked).all() and again[2] == (start, end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=30), st.lists(st.integers(0, 3), min_size=1, max_size=3),
+       st.integers(100, 200))
+def test_replace_span_swaps_every_occurrence_and_nothing_else(tokens: list[int], span: list[int], first: int) -> None:
+    tokens, span = np.asarray(tokens, dtype=np.int64), np.asarray(span, dtype=np.int64)
+    substitute = np.arange(first, first + len(span))  # no token in common with the text
+    out, count = replace_span(tokens, span, substitute)
+    assert len(out) == len(tokens)
+    occurrences = [i for i in range(len(out) - len(span) + 1) if (out[i: i + len(span)] == substitute).all()]
+    assert len(occurrences) == count
+    assert not any((out[i: i + len(span)] == span).all() for i in range(len(out) - len(span) + 1))
+    changed = np.zeros(len(out), dtype=bool)
+    for i in occurrences:
+        changed[i: i + len(span)] = True
+    assert (out[~changed] == tokens[~changed]).all() and (tokens[changed] == np.tile(span, count)).all()
+    back, again = replace_span(out, substitute, span)
+    assert again == count and (back == tokens).all()
+    with pytest.raises(ValueError, match="same"):
+        replace_span(tokens, span, substitute[:-1] if len(span) > 1 else np.zeros(0, dtype=np.int64))
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +378,74 @@ def test_copy_source_fact_has_the_reader_read_another_block_stating_the_fact(mod
         model.hparams.copy_steps, model.hparams.copy_source = 0, "own"
 
 
+def test_the_counterfactual_copy_swaps_the_answer_for_another_entity_in_the_block_and_the_labels(world_data) -> None:
+    """Each query's copy block is its ``fact_blocks`` block with every occurrence of the answer ``t`` replaced by
+    ``t'``, an entity of the same token length that is not ``t``, and the copy labels hold ``t'`` where the labels
+    hold ``t``; the draw is a function of the sample's key and varies over epochs."""
+    collator, queries = world_data.collator(), world_data.corpus.queries["train"][:24]
+    pool = {n: {tuple(r) for r in spans.tolist()} for n, spans in collator.substitutes.items()}
+    assert sum(map(len, pool.values())) > 10
+    draws = [collator([{"epoch": epoch, "index": i, "query": q} for i, q in enumerate(queries)]) for epoch in range(4)]
+    covered = 0
+    for batch in draws:
+        for b, block in enumerate(batch["fact_blocks"].tolist()):
+            where = batch["labels"][b] != -100
+            answer, copied = batch["labels"][b][where], batch["copy_labels"][b][where]
+            assert (batch["copy_labels"][b][~where] == -100).all()
+            tokens = batch["copy_ids"][b][batch["copy_mask"][b].bool()][1:-1].numpy()
+            if (copied == -100).all():
+                assert (tokens == world_data.corpus.blocks[block]).all()
+                continue
+            covered += 1
+            assert not torch.equal(copied, answer) and tuple(copied.tolist()) in pool[len(answer)]
+            expected, count = replace_span(world_data.corpus.blocks[block], answer.numpy(), copied.numpy())
+            assert count >= 1 and (tokens == expected).all()
+    assert covered > 0.9 * len(queries) * len(draws)
+    again = collator([{"epoch": 2, "index": i, "query": q} for i, q in enumerate(queries)])
+    assert torch.equal(again["copy_labels"], draws[2]["copy_labels"]) and torch.equal(again["copy_ids"], draws[2]["copy_ids"])
+    assert not torch.equal(draws[0]["copy_labels"], draws[1]["copy_labels"])
+
+
+def test_copy_source_counterfactual_adds_the_readers_loss_on_the_copy_and_trains_the_retriever(model, world_data,
+                                                                                              monkeypatch) -> None:
+    """``copy_source="counterfactual"``: the marginal reads the search's own top-k (no copy block in a slot) and
+    still trains the retriever; a second reader pass scores the counterfactual labels on the copy block, and its
+    loss, averaged over the queries that have one, is added with ``copy_weight``."""
+    batch = next(iter(world_data.train_dataloader()))
+    model.train()
+    read = []
+    original = model._read
+    monkeypatch.setattr(model, "_read", lambda b, docs, *rest: read.append((b, docs)) or original(b, docs, *rest))
+    found, search = [], model.retrieve
+    monkeypatch.setattr(model, "retrieve", lambda *args: found.append(search(*args)) or found[-1])
+    model.hparams.copy_steps, model.hparams.copy_weight, model.hparams.copy_source = 5, 0.5, "counterfactual"
+    try:
+        model.zero_grad()
+        out = model.compute_loss(batch)
+        (copy_batch, copy_docs), (_, docs) = read[-2:]
+        assert copy_docs.shape[1] == 1 and torch.equal(copy_docs[:, 0], batch["copy_ids"])
+        assert torch.equal(copy_batch["labels"], batch["copy_labels"])
+        assert docs.shape[1] == model.hparams.top_k + 1
+        searched = found[-1]  # the reader reads what the search found, every slot
+        assert torch.equal(docs[:, :-1], model.corpus_ids[searched][..., : docs.shape[-1]])
+        out["loss"].backward()
+        assert any(p.grad is not None and p.grad.any() for p in model.query_encoder.parameters())
+        model.eval()  # no dropout: the pieces must add up
+        with torch.no_grad():
+            marginal = model.compute_loss(batch)["loss"]
+            has = (batch["copy_labels"] != -100).any(1)
+            alone = [original({**{k: v[i: i + 1] for k, v in batch.items()}, "labels": batch["copy_labels"][i: i + 1]},
+                              batch["copy_ids"][i: i + 1, None], batch["copy_mask"][i: i + 1, None],
+                              torch.zeros(1, 1), {}, False)["loss"] for i in range(len(has)) if has[i]]
+        model.train()
+        assert out["copy_loss"].item() == pytest.approx(torch.stack(alone).mean().item(), rel=1e-4)
+        assert marginal.item() == pytest.approx(out["loss"].item() - 0.5 * out["copy_loss"].item(), rel=1e-4)
+    finally:
+        model.hparams.copy_steps, model.hparams.copy_weight, model.hparams.copy_source = 0, 0.0, "own"
+        model.zero_grad()
+        model.train()
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""
@@ -393,8 +482,10 @@ def test_bad_realm_settings_fail_in_one_line() -> None:
         REALM(copy_weight=-1.0)
     with pytest.raises(ConfigError, match="copy_steps > 0"):
         REALM(copy_weight=1.0)
-    with pytest.raises(ConfigError, match="copy_source='gold' is not one of own, fact"):
+    with pytest.raises(ConfigError, match="copy_source='gold' is not one of own, fact, counterfactual"):
         REALM(copy_source="gold")
+    with pytest.raises(ConfigError, match="copy_weight > 0"):
+        REALM(copy_steps=10, copy_source="counterfactual")
 
 
 @pytest.mark.slow

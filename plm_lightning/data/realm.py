@@ -27,7 +27,7 @@ import torch
 
 from plm_lightning.data.collators import pad_rows, sample_keys
 from plm_lightning.data.corruption.counter_rng import uniforms
-from plm_lightning.data.corruption.salient_span import mask_salient_span, salient_spans
+from plm_lightning.data.corruption.salient_span import mask_salient_span, replace_span, salient_spans
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
 from plm_lightning.data.sources import split_corpus
@@ -133,24 +133,61 @@ class RealmQueries(KeyedList):
         return {"epoch": key[0], "index": key[1], "query": self.items[key[1]]}
 
 
+def span_substitutes(queries: list[RealmQuery]) -> dict[int, np.ndarray]:
+    """Every distinct salient span's token ids among ``queries``, grouped by length: ``{n: [spans, n]}``, the
+    entities a counterfactual copy may put in place of an answer of ``n`` tokens."""
+    found: dict[int, set[tuple[int, ...]]] = {}
+    for q in queries:
+        for start, end in q.spans:
+            tokens = tuple(q.ids[(q.token_words >= start) & (q.token_words < end)].tolist())
+            if tokens:
+                found.setdefault(len(tokens), set()).add(tokens)
+    return {n: np.asarray(sorted(spans), dtype=np.int64) for n, spans in found.items()}
+
+
 class REALMCollator:
     """Masks one salient span per query (seeded per sample) and builds the ICT pairs from the blocks; on world data
     also draws, per query, one of the other blocks that state its fact (``fact_blocks``, its own block where none
-    does: what ``REALM(copy_source="fact")`` reads in its copy steps)."""
+    does: what ``REALM(copy_source="fact")`` reads in its copy steps).
+
+    With ``substitutes`` (:func:`span_substitutes`) it also builds each query's counterfactual copy
+    (``REALM(copy_source="counterfactual")``): another entity ``t'`` of the answer's token length, drawn from the
+    sample's key, replaces every occurrence of the answer ``t`` in the ``fact_blocks`` block (``copy_ids``,
+    ``copy_mask``) and in the labels (``copy_labels``). The reader cannot have memorised ``t'``, so only reading the
+    block predicts it. Queries whose block does not spell ``t`` (an alias-only statement) or whose ``t`` has no
+    other entity of its length get no copy labels (all -100)."""
 
     objective = "salient_span"
 
     def __init__(self, blocks: list[np.ndarray], cls_id: int, sep_id: int, mask_id: int, pad_id: int, seed: int,
-                 ict_keep_prob: float = 0.1) -> None:
+                 ict_keep_prob: float = 0.1, substitutes: dict[int, np.ndarray] | None = None) -> None:
         self.blocks, self.cls, self.sep, self.mask, self.pad = blocks, cls_id, sep_id, mask_id, pad_id
-        self.seed, self.ict_keep_prob = seed, ict_keep_prob
+        self.seed, self.ict_keep_prob, self.substitutes = seed, ict_keep_prob, substitutes
+
+    def _counterfactual(self, block: int, label: np.ndarray, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+        """(the copy block's tokens, its labels): ``t'`` for ``t`` in both, or the untouched block and no labels."""
+        answer = label[label != -100]
+        pool = self.substitutes.get(len(answer))
+        none = self.blocks[block], np.full_like(label, -100)
+        if pool is None:
+            return none
+        pick = min(int(uniforms(key, 1, 14)[0, 0] * len(pool)), len(pool) - 1)
+        if (pool[pick] == answer).all():  # never the true answer: the next entity of the pool
+            pick = (pick + 1) % len(pool)
+        substitute = pool[pick]
+        tokens, count = replace_span(self.blocks[block], answer, substitute)
+        if not count or (substitute == answer).all():  # t is not spelled there, or t is the pool's only entity
+            return none
+        copy_label = label.copy()
+        copy_label[label != -100] = substitute
+        return tokens, copy_label
 
     def _wrap(self, ids: np.ndarray) -> np.ndarray:
         return np.concatenate([[self.cls], ids, [self.sep]]).astype(np.int64)
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         keys = sample_keys(self.seed, samples)
-        inputs, labels, ict_queries, contexts, fact_blocks = [], [], [], [], []
+        inputs, labels, ict_queries, contexts, fact_blocks, copies, copy_labels = [], [], [], [], [], [], []
         for sample, key in zip(samples, keys):
             q: RealmQuery = sample["query"]
             pick = min(int(uniforms(np.uint64(key), 1, 13)[0, 0] * len(q.relevant)), len(q.relevant) - 1)
@@ -158,6 +195,10 @@ class REALMCollator:
             masked, label, _ = mask_salient_span(q.ids, q.token_words, q.spans, key, self.mask)
             inputs.append(self._wrap(masked))
             labels.append(np.concatenate([[-100], label, [-100]]))
+            if self.substitutes is not None:
+                copy, copy_label = self._counterfactual(fact_blocks[-1], label, np.uint64(key))
+                copies.append(self._wrap(copy))
+                copy_labels.append(np.concatenate([[-100], copy_label, [-100]]))
             ict_queries.append(self._wrap(q.ids))
             block = self.blocks[q.block]
             keep = uniforms(np.uint64(key), 1, 12)[0, 0] < self.ict_keep_prob
@@ -170,11 +211,16 @@ class REALMCollator:
         ids = pad_rows(inputs, self.pad)
         ict_ids, ctx_ids = pad_rows(ict_queries, self.pad), pad_rows(contexts, self.pad)
         lengths = lambda rows, width: torch.arange(width)[None] < torch.tensor([len(r) for r in rows])[:, None]  # noqa: E731
-        return {"input_ids": ids, "attention_mask": lengths(inputs, ids.shape[1]).long(),
-                "labels": pad_rows(labels, -100), "block_ids": torch.tensor([s["query"].block for s in samples]),
-                "relevant_blocks": relevant, "fact_blocks": torch.tensor(fact_blocks),
-                "ict_query_ids": ict_ids, "ict_query_mask": lengths(ict_queries, ict_ids.shape[1]).long(),
-                "ict_context_ids": ctx_ids, "ict_context_mask": lengths(contexts, ctx_ids.shape[1]).long()}
+        batch = {"input_ids": ids, "attention_mask": lengths(inputs, ids.shape[1]).long(),
+                 "labels": pad_rows(labels, -100), "block_ids": torch.tensor([s["query"].block for s in samples]),
+                 "relevant_blocks": relevant, "fact_blocks": torch.tensor(fact_blocks),
+                 "ict_query_ids": ict_ids, "ict_query_mask": lengths(ict_queries, ict_ids.shape[1]).long(),
+                 "ict_context_ids": ctx_ids, "ict_context_mask": lengths(contexts, ctx_ids.shape[1]).long()}
+        if copies:
+            copy_ids = pad_rows(copies, self.pad)
+            batch.update({"copy_ids": copy_ids, "copy_mask": lengths(copies, copy_ids.shape[1]).long(),
+                          "copy_labels": pad_rows(copy_labels, -100)})
+        return batch
 
 
 class REALMDataModule(TextDataModule):
@@ -228,7 +274,7 @@ class REALMDataModule(TextDataModule):
     def collator(self) -> REALMCollator:
         ids = self.tokenizer.ids
         return REALMCollator(self.corpus.blocks, ids["cls"], ids["sep"], ids["mask"], ids["pad"], self.seed,
-                             self.ict_keep_prob)
+                             self.ict_keep_prob, span_substitutes(self.corpus.queries["train"]))
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
         self._load_blocks()

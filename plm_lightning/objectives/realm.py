@@ -55,8 +55,8 @@ class REALM(PretrainingModule):
                  null_document: bool = True, ict_steps: int = 0, search: Literal["exact", "faiss"] = "exact",
                  retriever_learning_rate: float | None = None, retrieval: bool = True,
                  ict_reader: Literal["null", "retrieved"] = "null", ict_weight: float = 0.0, copy_steps: int = 0,
-                 copy_weight: float = 0.0, copy_source: Literal["own", "fact"] = "own", oracle_retrieval: bool = False,
-                 **kwargs) -> None:  # noqa: ANN003
+                 copy_weight: float = 0.0, copy_source: Literal["own", "fact", "counterfactual"] = "own",
+                 oracle_retrieval: bool = False, **kwargs) -> None:  # noqa: ANN003
         """
         Args:
             top_k: Documents retrieved per query (REALM pretraining: 8, plus the null document).
@@ -86,7 +86,10 @@ class REALM(PretrainingModule):
                 fact labels (the synthetic world's), so it is not REALM's unsupervised setting; a query whose fact no
                 other block states gets its own block. On training queries a memorised fact meets the copy loss as
                 well as reading does (measured: with oracle blocks, such a reader scores 0.086 on held-out facts;
-                README).
+                README). counterfactual: the fact's block with the answer swapped for another entity of its length,
+                in the block and in the labels (``REALMCollator``), read in a pass of its own beside the marginal,
+                which keeps the retrieved top-k and trains the retriever as usual; a memorised fact now predicts the
+                wrong answer, so only reading meets ``copy_weight``'s loss (needs ``copy_weight`` > 0).
             oracle_retrieval: A diagnostic upper bound on data that knows its facts (the synthetic world): a block
                 stating the query's fact replaces the last of the top-k when the search missed every one, so the
                 reader always has the answer to read (``retrieval_recall`` is then 1).
@@ -106,8 +109,11 @@ class REALM(PretrainingModule):
             raise ConfigError(f"model: ict_weight={ict_weight} and copy_weight={copy_weight} must be >= 0")
         if copy_weight > 0 and copy_steps == 0:
             raise ConfigError("model.copy_weight acts during the copy steps: set model.copy_steps > 0 as well")
-        if copy_source not in ("own", "fact"):
-            raise ConfigError(f"model.copy_source={copy_source!r} is not one of own, fact")
+        if copy_source not in ("own", "fact", "counterfactual"):
+            raise ConfigError(f"model.copy_source={copy_source!r} is not one of own, fact, counterfactual")
+        if copy_source == "counterfactual" and copy_weight == 0:
+            raise ConfigError("model.copy_source=counterfactual trains the reader through its copy loss alone: set "
+                              "model.copy_weight > 0")
         if ict_reader not in ("null", "retrieved"):
             raise ConfigError(f"model.ict_reader={ict_reader!r} is not one of null, retrieved")
         if search not in SEARCHES:
@@ -248,6 +254,7 @@ class REALM(PretrainingModule):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b = ids.shape[0]
         out: dict[str, Tensor] = {}
+        self._copy_pairs = None
         warm = self.training and self.global_step < self.hparams.ict_steps
         pad = self.tokenizer.ids["pad"]
         if warm or (self.training and self.hparams.ict_weight > 0):
@@ -263,13 +270,15 @@ class REALM(PretrainingModule):
             return self._read(batch, docs, torch.ones_like(docs), ids.new_zeros(b, 1, dtype=torch.float), out, warm)
         # during the warm start the retriever learns from ICT alone: p(z|x) is computed without a graph
         copying = self.training and not warm and self.global_step < self.hparams.ict_steps + self.hparams.copy_steps
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm and not copying):
+        in_slot = copying and self.hparams.copy_source != "counterfactual"  # the copy block joins the top-k
+        copy_loss = self._counterfactual_copy_loss(batch) if copying and not in_slot else None
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not warm and not in_slot):
             q = self.embed_queries(ids, mask)
             top = self.retrieve(q, self.hparams.top_k, batch.get("block_ids"))
             if self.hparams.oracle_retrieval:
                 top = self._with_relevant_block(top, batch.get("relevant_blocks"))
             searched = top  # the copy phase logs the search's recall; the reader reads the copy block in the last slot
-            if copying:
+            if in_slot:
                 top = torch.cat([top[:, :-1], self._copy_blocks(batch).to(top.device)[:, None]], 1)
             docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
             width = int(doc_mask.sum(-1).max())
@@ -287,7 +296,10 @@ class REALM(PretrainingModule):
             null_mask[:, 0, :2] = 1
             docs, doc_mask = torch.cat([docs, null_doc], 1), torch.cat([doc_mask, null_mask], 1)
         log_pz = scores.float().log_softmax(-1)  # [B, Z]
-        out = self._read(batch, docs, doc_mask, log_pz, out, warm, top.shape[1] - 1 if copying else None)
+        out = self._read(batch, docs, doc_mask, log_pz, out, warm, top.shape[1] - 1 if in_slot else None)
+        if copy_loss is not None:
+            out["copy_loss"] = copy_loss
+            out["loss"] = out["loss"] + self.hparams.copy_weight * copy_loss
         if self.hparams.null_document:
             out["retrieval_null_probability"] = log_pz[:, -1].exp().mean().detach()
         return out
@@ -340,6 +352,21 @@ class REALM(PretrainingModule):
                               "use data.source: world (the synthetic knowledge world)")
         return batch["fact_blocks"]
 
+    def _counterfactual_copy_loss(self, batch: dict[str, Tensor]) -> Tensor:
+        """``-log p(y' | x, z')`` averaged over the queries that have a counterfactual copy: the reader alone on the
+        collator's ``copy_ids`` (a block stating the query's fact with ``t'`` for the answer) and ``copy_labels``."""
+        if "copy_ids" not in batch:
+            raise ConfigError("model.copy_source=counterfactual needs REALMDataModule's counterfactual copies "
+                              "(copy_ids, copy_labels): use data.class_path: plm_lightning.data.REALMDataModule")
+        has = (batch["copy_labels"] != IGNORE_INDEX).any(1)
+        self._copy_pairs = (len(has), batch["copy_ids"].shape[1])
+        if not has.any():
+            return batch["copy_ids"].new_zeros((), dtype=torch.float)
+        docs, doc_mask = batch["copy_ids"][:, None], batch["copy_mask"][:, None]
+        read = self._read({**batch, "labels": batch["copy_labels"]}, docs, doc_mask,
+                          docs.new_zeros(docs.shape[:2], dtype=torch.float), {}, False)
+        return read["loss"] * len(has) / has.sum()  # rows without a copy add log 1 = 0 to the mean
+
     @staticmethod
     def _with_relevant_block(top: Tensor, relevant: Tensor | None) -> Tensor:
         """The oracle: each row's first relevant block replaces its last retrieved one unless one was retrieved."""
@@ -362,10 +389,13 @@ class REALM(PretrainingModule):
             out["retrieval_recall"] = hit[has].float().mean()
 
     def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
-        """Reader over B x Z joined pairs, query encoder over B queries, document encoder over B x k blocks (the
-        index refresh every ``refresh_every`` steps is not counted)."""
+        """Reader over B x Z joined pairs (and the counterfactual copy's B pairs), query encoder over B queries,
+        document encoder over B x k blocks (the index refresh every ``refresh_every`` steps is not counted)."""
         b, z, width, lq, ld = getattr(self, "_shapes", (1, 1, 1, 1, 1))
         cfg = self.config
         self.flops_per_batch = (training_flops(cfg, b * z, width, loss_tokens * z, backward=backward)
                                 + training_flops(cfg, b, lq, 0, head_transform=False, backward=backward)
                                 + training_flops(cfg, b * z, ld, 0, head_transform=False, backward=backward))
+        if getattr(self, "_copy_pairs", None) is not None:
+            copies, copy_width = self._copy_pairs
+            self.flops_per_batch += training_flops(cfg, copies, lq + copy_width, loss_tokens, backward=backward)

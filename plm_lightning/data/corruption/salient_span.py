@@ -72,3 +72,22 @@ def mask_salient_span(ids: np.ndarray, token_words: np.ndarray, spans: Sequence[
     chosen = (token_words >= start) & (token_words < end)
     labels = np.where(chosen, ids, IGNORE_INDEX).astype(np.int64)
     return np.where(chosen, mask_id, ids).astype(np.int64), labels, (start, end)
+
+
+def replace_span(tokens: np.ndarray, span: np.ndarray, substitute: np.ndarray) -> tuple[np.ndarray, int]:
+    """``tokens`` with every non-overlapping occurrence of the token sequence ``span`` (left to right) replaced by
+    ``substitute``, which must have the same length, and the number of occurrences replaced.
+
+    The counterfactual copy of :class:`plm_lightning.data.realm.REALMCollator`: a document where the masked
+    answer is swapped for another entity, so that only reading it - not remembering the true fact - predicts it."""
+    if len(span) != len(substitute) or not len(span):
+        raise ValueError(f"replace_span: span ({len(span)} tokens) and substitute ({len(substitute)}) must have the "
+                         "same, non-zero length")
+    out, n, count, i = tokens.copy(), len(span), 0, 0
+    while i + n <= len(out):
+        if (tokens[i: i + n] == span).all():
+            out[i: i + n] = substitute
+            count, i = count + 1, i + n
+        else:
+            i += 1
+    return out, count
