@@ -406,11 +406,11 @@ def test_the_counterfactual_copy_swaps_the_answer_for_another_entity_in_the_bloc
     assert not torch.equal(draws[0]["copy_labels"], draws[1]["copy_labels"])
 
 
-def test_copy_source_counterfactual_adds_the_readers_loss_on_the_copy_and_trains_the_retriever(model, world_data,
-                                                                                              monkeypatch) -> None:
-    """``copy_source="counterfactual"``: the marginal reads the search's own top-k (no copy block in a slot) and
-    still trains the retriever; a second reader pass scores the counterfactual labels on the copy block, and its
-    loss, averaged over the queries that have one, is added with ``copy_weight``."""
+def test_copy_source_counterfactual_adds_the_readers_loss_on_the_copy_beside_the_marginal(model, world_data,
+                                                                                         monkeypatch) -> None:
+    """``copy_source="counterfactual"``: the marginal reads the search's own top-k (no copy block in a slot), with
+    no gradient to the retriever during the copy steps; a second reader pass scores the counterfactual labels on
+    the copy block, and its loss, averaged over the queries that have one, is added with ``copy_weight``."""
     batch = next(iter(world_data.train_dataloader()))
     model.train()
     read = []
@@ -429,7 +429,9 @@ def test_copy_source_counterfactual_adds_the_readers_loss_on_the_copy_and_trains
         searched = found[-1]  # the reader reads what the search found, every slot
         assert torch.equal(docs[:, :-1], model.corpus_ids[searched][..., : docs.shape[-1]])
         out["loss"].backward()
-        assert any(p.grad is not None and p.grad.any() for p in model.query_encoder.parameters())
+        assert all(p.grad is None or not p.grad.any() for m in (model.query_encoder, model.document_encoder)
+                   for p in m.parameters())
+        assert any(p.grad is not None and p.grad.any() for p in model.backbone.parameters())
         model.eval()  # no dropout: the pieces must add up
         with torch.no_grad():
             marginal = model.compute_loss(batch)["loss"]
