@@ -380,11 +380,12 @@ def test_copy_source_fact_has_the_reader_read_another_block_stating_the_fact(mod
 
 def test_the_counterfactual_copy_swaps_the_answer_for_another_entity_in_the_block_and_the_labels(world_data) -> None:
     """Each query's copy block is its ``fact_blocks`` block with every occurrence of the answer ``t`` replaced by
-    ``t'``, an entity of the same token length that is not ``t``, and the copy labels hold ``t'`` where the labels
-    hold ``t``; the draw is a function of the sample's key and varies over epochs."""
+    ``t'``, an entity of the same class (on the world: subjects for a subject, a relation's objects for its
+    object) and token length that is not ``t``, and the copy labels hold ``t'`` where the labels hold ``t``; the
+    draw is a function of the sample's key and varies over epochs."""
     collator, queries = world_data.collator(), world_data.corpus.queries["train"][:24]
-    pool = {n: {tuple(r) for r in spans.tolist()} for n, spans in collator.substitutes.items()}
-    assert sum(map(len, pool.values())) > 10
+    pool = {key: {tuple(r) for r in spans.tolist()} for key, spans in collator.substitutes.items()}
+    assert len({c for c, _ in pool if c >= 0}) >= 4  # subjects and several object types
     draws = [collator([{"epoch": epoch, "index": i, "query": q} for i, q in enumerate(queries)]) for epoch in range(4)]
     covered = 0
     for batch in draws:
@@ -397,7 +398,9 @@ def test_the_counterfactual_copy_swaps_the_answer_for_another_entity_in_the_bloc
                 assert (tokens == world_data.corpus.blocks[block]).all()
                 continue
             covered += 1
-            assert not torch.equal(copied, answer) and tuple(copied.tolist()) in pool[len(answer)]
+            kind = collator.classes.get(tuple(answer.tolist()), -1)
+            assert not torch.equal(copied, answer) and tuple(copied.tolist()) in pool[kind, len(answer)]
+            assert collator.classes.get(tuple(copied.tolist()), -1) == kind
             expected, count = replace_span(world_data.corpus.blocks[block], answer.numpy(), copied.numpy())
             assert count >= 1 and (tokens == expected).all()
     assert covered > 0.9 * len(queries) * len(draws)

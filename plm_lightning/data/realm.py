@@ -133,16 +133,34 @@ class RealmQueries(KeyedList):
         return {"epoch": key[0], "index": key[1], "query": self.items[key[1]]}
 
 
-def span_substitutes(queries: list[RealmQuery]) -> dict[int, np.ndarray]:
-    """Every distinct salient span's token ids among ``queries``, grouped by length: ``{n: [spans, n]}``, the
-    entities a counterfactual copy may put in place of an answer of ``n`` tokens."""
-    found: dict[int, set[tuple[int, ...]]] = {}
+def span_substitutes(queries: list[RealmQuery], classes: dict[tuple[int, ...], int] | None = None,
+                     ) -> dict[tuple[int, int], np.ndarray]:
+    """Every distinct salient span's token ids among ``queries``, grouped by entity class and length: ``{(class,
+    n): [spans, n]}``, the entities a counterfactual copy may put in place of an answer of class ``class`` and
+    ``n`` tokens. ``classes`` maps an entity's token ids to its class (:func:`world_entity_classes`); spans it does
+    not know, and every span without it, are class -1."""
+    found: dict[tuple[int, int], set[tuple[int, ...]]] = {}
     for q in queries:
         for start, end in q.spans:
             tokens = tuple(q.ids[(q.token_words >= start) & (q.token_words < end)].tolist())
             if tokens:
-                found.setdefault(len(tokens), set()).add(tokens)
-    return {n: np.asarray(sorted(spans), dtype=np.int64) for n, spans in found.items()}
+                found.setdefault(((classes or {}).get(tokens, -1), len(tokens)), set()).add(tokens)
+    return {key: np.asarray(sorted(spans), dtype=np.int64) for key, spans in found.items()}
+
+
+def world_entity_classes(source: str, tokenizer) -> dict[tuple[int, ...], int]:  # noqa: ANN001
+    """The synthetic world's entities by token ids: subjects and their aliases are class 0, the objects of each
+    object type (city, language, ...) one class each, so a counterfactual answer is of the answer's type."""
+    from plm_lightning.knowledge.world import world_from_spec
+
+    world = world_from_spec(source)
+    groups = [sorted({*world.subjects, *world.aliases.values()}), *(sorted(names) for _, names in
+                                                                   sorted(world.objects.items()))]
+    classes: dict[tuple[int, ...], int] = {}
+    for c, names in enumerate(groups):
+        for ids in tokenizer.encode_batch(names):
+            classes[tuple(ids)] = c
+    return classes
 
 
 class REALMCollator:
@@ -151,23 +169,26 @@ class REALMCollator:
     does: what ``REALM(copy_source="fact")`` reads in its copy steps).
 
     With ``substitutes`` (:func:`span_substitutes`) it also builds each query's counterfactual copy
-    (``REALM(copy_source="counterfactual")``): another entity ``t'`` of the answer's token length, drawn from the
-    sample's key, replaces every occurrence of the answer ``t`` in the ``fact_blocks`` block (``copy_ids``,
-    ``copy_mask``) and in the labels (``copy_labels``). The reader cannot have memorised ``t'``, so only reading the
-    block predicts it. Queries whose block does not spell ``t`` (an alias-only statement) or whose ``t`` has no
-    other entity of its length get no copy labels (all -100)."""
+    (``REALM(copy_source="counterfactual")``): another entity ``t'`` of the answer's class (``classes``: a city for
+    a city; any entity without them) and token length, drawn from the sample's key, replaces every occurrence of the
+    answer ``t`` in the ``fact_blocks`` block (``copy_ids``, ``copy_mask``) and in the labels (``copy_labels``). The
+    reader cannot have memorised ``t'``, so only reading the block predicts it; and ``t'`` is of the answer's class
+    so that it is not given away by being out of place (a person where a city belongs). Queries whose block does not
+    spell ``t`` (an alias-only statement) or whose ``t`` has no other entity of its class and length get no copy
+    labels (all -100)."""
 
     objective = "salient_span"
 
     def __init__(self, blocks: list[np.ndarray], cls_id: int, sep_id: int, mask_id: int, pad_id: int, seed: int,
-                 ict_keep_prob: float = 0.1, substitutes: dict[int, np.ndarray] | None = None) -> None:
+                 ict_keep_prob: float = 0.1, substitutes: dict[tuple[int, int], np.ndarray] | None = None,
+                 classes: dict[tuple[int, ...], int] | None = None) -> None:
         self.blocks, self.cls, self.sep, self.mask, self.pad = blocks, cls_id, sep_id, mask_id, pad_id
-        self.seed, self.ict_keep_prob, self.substitutes = seed, ict_keep_prob, substitutes
+        self.seed, self.ict_keep_prob, self.substitutes, self.classes = seed, ict_keep_prob, substitutes, classes or {}
 
     def _counterfactual(self, block: int, label: np.ndarray, key: np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """(the copy block's tokens, its labels): ``t'`` for ``t`` in both, or the untouched block and no labels."""
         answer = label[label != -100]
-        pool = self.substitutes.get(len(answer))
+        pool = self.substitutes.get((self.classes.get(tuple(answer.tolist()), -1), len(answer)))
         none = self.blocks[block], np.full_like(label, -100)
         if pool is None:
             return none
@@ -272,9 +293,12 @@ class REALMDataModule(TextDataModule):
         return self.corpus.blocks
 
     def collator(self) -> REALMCollator:
+        from plm_lightning.knowledge.world import is_world_spec
+
         ids = self.tokenizer.ids
+        classes = world_entity_classes(self.source, self.tokenizer) if is_world_spec(self.source) else None
         return REALMCollator(self.corpus.blocks, ids["cls"], ids["sep"], ids["mask"], ids["pad"], self.seed,
-                             self.ict_keep_prob, span_substitutes(self.corpus.queries["train"]))
+                             self.ict_keep_prob, span_substitutes(self.corpus.queries["train"], classes), classes)
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
         self._load_blocks()
