@@ -451,6 +451,32 @@ def test_copy_source_counterfactual_adds_the_readers_loss_on_the_copy_beside_the
         model.train()
 
 
+def test_validation_reports_the_readers_accuracy_given_a_block_stating_the_fact(model, world_data,
+                                                                                   monkeypatch) -> None:
+    """``fact_block_accuracy``: in evaluation only, the reader's token accuracy on the queries that have a relevant
+    block, reading the collator's ``fact_blocks`` block alone."""
+    batch = next(iter(world_data.train_dataloader()))
+    batch["relevant_blocks"][0] = -1  # a query whose fact no other block states is left out
+    reads = []
+    original = model._read
+    monkeypatch.setattr(model, "_read", lambda b, docs, *rest: reads.append((b, docs, original(b, docs, *rest)))
+                        or reads[-1][2])
+    model.eval()
+    try:
+        out = model.compute_loss(batch)
+        rows, docs, alone = reads[0]
+        assert torch.equal(rows["input_ids"], batch["input_ids"][1:]) and docs.shape[1] == 1
+        width = docs.shape[-1]
+        assert torch.equal(docs[:, 0], model.corpus_ids[batch["fact_blocks"][1:]][:, :width])
+        assert model.corpus_mask[batch["fact_blocks"][1:]][:, width:].sum() == 0  # nothing of a block cut off
+        hits = (alone["lm_predictions"] == alone["lm_targets"]).float().mean()
+        assert out["fact_block_accuracy"].item() == pytest.approx(hits.item())
+        assert "fact_block_accuracy" not in model.compute_loss({k: v for k, v in batch.items() if k != "fact_blocks"})
+    finally:
+        model.train()
+    assert "fact_block_accuracy" not in model.compute_loss(batch)
+
+
 def test_oracle_retrieval_puts_a_block_stating_the_fact_in_every_top_k(model, world_data) -> None:
     """``oracle_retrieval`` (the reader's upper bound): every query with a relevant block gets one, retrieved ones are
     kept, and data that does not know its facts is refused."""

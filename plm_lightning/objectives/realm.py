@@ -257,6 +257,8 @@ class REALM(PretrainingModule):
         b = ids.shape[0]
         out: dict[str, Tensor] = {}
         self._copy_pairs = None
+        if not self.training and self.hparams.retrieval and "fact_blocks" in batch:
+            self._log_fact_block_accuracy(out, batch)
         warm = self.training and self.global_step < self.hparams.ict_steps
         pad = self.tokenizer.ids["pad"]
         if warm or (self.training and self.hparams.ict_weight > 0):
@@ -353,6 +355,24 @@ class REALM(PretrainingModule):
             raise ConfigError("model.copy_source=fact needs data that knows which blocks state each query's fact: "
                               "use data.source: world (the synthetic knowledge world)")
         return batch["fact_blocks"]
+
+    @torch.no_grad()
+    def _log_fact_block_accuracy(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> None:
+        """The reader alone, given a block that states the query's fact (``fact_blocks``; queries whose fact no
+        other block states are left out): its token accuracy on the masked span, ``fact_block_accuracy``. It
+        separates the reader from the retriever: ``val/accuracy`` can only approach it when the retriever finds such
+        a block and ``p(z|x)`` prefers it."""
+        relevant = batch.get("relevant_blocks")
+        has = (relevant >= 0).any(1) if relevant is not None else None
+        if has is None or not has.any():
+            return
+        rows = {k: v[has] for k, v in batch.items() if torch.is_tensor(v) and len(v) == len(has)}
+        blocks = rows["fact_blocks"].to(self.corpus_ids.device)
+        docs, doc_mask = self.corpus_ids[blocks][:, None], self.corpus_mask[blocks][:, None]
+        width = int(doc_mask.sum(-1).max())
+        docs, doc_mask = docs[..., :width].to(rows["input_ids"].device), doc_mask[..., :width].to(rows["input_ids"].device)
+        read = self._read(rows, docs, doc_mask, docs.new_zeros(docs.shape[:2], dtype=torch.float), {}, False)
+        out["fact_block_accuracy"] = (read["lm_predictions"] == read["lm_targets"]).float().mean()
 
     def _counterfactual_copy_loss(self, batch: dict[str, Tensor]) -> Tensor:
         """``-log p(y' | x, z')`` averaged over the queries that have a counterfactual copy: the reader alone on the
