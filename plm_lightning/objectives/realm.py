@@ -178,6 +178,13 @@ class REALM(PretrainingModule):
         self.corpus_ids, self.corpus_mask = ids, (torch.arange(width)[None] < lengths[:, None]).long()
         self.index, self.index_step, self._faiss = None, -1, None
 
+    def corpus_rows(self, blocks: Tensor) -> tuple[Tensor, Tensor]:
+        """``[CLS] block [SEP]`` ids and mask of the blocks ``blocks`` (any shape) on its device, cut to the longest
+        of them."""
+        ids, mask = self.corpus_ids.to(blocks.device)[blocks], self.corpus_mask.to(blocks.device)[blocks]
+        width = int(mask.sum(-1).max())
+        return ids[..., :width], mask[..., :width]
+
     def embed_queries(self, ids: Tensor, mask: Tensor) -> Tensor:
         return self.query_projection(self.query_encoder(ids, mask).last_hidden_state[:, 0])
 
@@ -286,9 +293,7 @@ class REALM(PretrainingModule):
             searched = top  # the copy phase logs the search's recall; the reader reads the copy block in the last slot
             if in_slot:
                 top = torch.cat([top[:, :-1], self._copy_blocks(batch).to(top.device)[:, None]], 1)
-            docs, doc_mask = self.corpus_ids.to(ids.device)[top], self.corpus_mask.to(ids.device)[top]
-            width = int(doc_mask.sum(-1).max())
-            docs, doc_mask = docs[..., :width], doc_mask[..., :width]
+            docs, doc_mask = self.corpus_rows(top.to(ids.device))
             embedded = self.embed_documents(docs.flatten(0, 1), doc_mask.flatten(0, 1)).view(b, top.shape[1], -1)
             scores = torch.einsum("bd,bkd->bk", q, embedded)
             if self.hparams.null_document:
@@ -369,10 +374,7 @@ class REALM(PretrainingModule):
         if has is None or not has.any():
             return
         rows = {k: v[has] for k, v in batch.items() if torch.is_tensor(v) and len(v) == len(has)}
-        blocks = rows["fact_blocks"].to(self.corpus_ids.device)
-        docs, doc_mask = self.corpus_ids[blocks][:, None], self.corpus_mask[blocks][:, None]
-        width = int(doc_mask.sum(-1).max())
-        docs, doc_mask = docs[..., :width].to(rows["input_ids"].device), doc_mask[..., :width].to(rows["input_ids"].device)
+        docs, doc_mask = self.corpus_rows(rows["fact_blocks"][:, None].to(rows["input_ids"].device))
         read = self._read(rows, docs, doc_mask, docs.new_zeros(docs.shape[:2], dtype=torch.float), {}, False)
         out["fact_block_accuracy"] = (read["lm_predictions"] == read["lm_targets"]).float().mean()
 
