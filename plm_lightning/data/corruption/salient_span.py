@@ -83,11 +83,11 @@ def replace_span(tokens: np.ndarray, span: np.ndarray, substitute: np.ndarray) -
     if len(span) != len(substitute) or not len(span):
         raise ValueError(f"replace_span: span ({len(span)} tokens) and substitute ({len(substitute)}) must have the "
                          "same, non-zero length")
-    out, n, count, i = tokens.copy(), len(span), 0, 0
-    while i + n <= len(out):
-        if (tokens[i: i + n] == span).all():
+    out, n, count, free = tokens.copy(), len(span), 0, 0
+    if len(tokens) < n:
+        return out, 0
+    for i in np.flatnonzero((np.lib.stride_tricks.sliding_window_view(tokens, n) == span).all(1)):
+        if i >= free:  # left to right, skipping matches that overlap the last one replaced
             out[i: i + n] = substitute
-            count, i = count + 1, i + n
-        else:
-            i += 1
+            count, free = count + 1, i + n
     return out, count
