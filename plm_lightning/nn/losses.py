@@ -52,14 +52,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 logits = (h @ w.t()).float()
                 if bias is not None:
                     logits += bias.float()
-                lse = torch.logsumexp(logits, dim=-1)
-                token_losses[start:start + rows] = lse - logits.gather(1, t[:, None]).squeeze(1)
-                predictions[start:start + rows] = logits.argmax(-1)
+                # one pass for the max and the argmax, then exp(logits - max) in place: lse = max + log(sum)
+                best, predictions[start:start + rows] = logits.max(-1)
+                target = logits.gather(1, t[:, None]).squeeze(1)
+                probs = logits.sub_(best[:, None]).exp_()
+                total = probs.sum(-1)
+                token_losses[start:start + rows] = best + total.log() - target
                 if not grads:
                     continue
-                probs = logits.sub_(lse[:, None]).exp_()  # d loss / d logits, in place: (softmax - onehot) / n
-                probs[torch.arange(len(t), device=t.device), t] -= 1.0
-                probs /= n
+                probs.mul_((1.0 / (total * n))[:, None])  # d loss / d logits, in place: (softmax - onehot) / n
+                probs[torch.arange(len(t), device=t.device), t] -= 1.0 / n
                 if grad_bias is not None:
                     grad_bias += probs.sum(0)
                 g = probs.to(dtype)
