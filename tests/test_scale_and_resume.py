@@ -146,3 +146,28 @@ def test_mixed_precision_clips_gradients_with_the_fused_optimizer(precision):
     trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     assert len(norms.norms) == 4 and max(norms.norms) <= 1e-2 * (1 + 1e-3), norms.norms
     assert trainer.optimizers[0].defaults["fused"] is (True if precision == "bf16-mixed" else None)
+
+
+@pytest.mark.slow
+def test_fsdp2_checkpoint_of_two_processes_resumes_in_one(tmp_path):
+    """4 steps under FSDP2 over 2 processes (global batch 2 x 8), then `--ckpt_path` in one process (batch 16) to step
+    8, against the same 4 + 4 steps in one process: the sharded run's checkpoint names the recipe's class (not
+    FSDP2's `FSDPCausalLM` wrapper) and resumes as the single-process checkpoint does. (The first leg's max_steps
+    sets its learning-rate schedule, hence a two-leg reference.)"""
+    config = str(ROOT / "configs" / "gpt2.yaml")
+    fsdp = ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml")]
+    losses = {}
+    for name, first_leg in (("single", ["--data.batch_size", "16"]), ("fsdp", [*fsdp, "--data.batch_size", "8"])):
+        (tmp_path / name).mkdir()
+        res = run_cli(["fit", "--config", config, *first_leg, *SMALL, "--trainer.max_steps", "4"], cwd=tmp_path / name)
+        assert res.returncode == 0, res.stderr[-3000:]
+        (last,) = (tmp_path / name).rglob("last.ckpt")
+        assert torch.load(last, weights_only=True)["plm_lightning"]["objective"] == "CausalLM"
+        res = run_cli(["fit", "--config", config, *SMALL, "--data.batch_size", "16", "--ckpt_path", str(last)],
+                      cwd=tmp_path / name)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs = tmp_path / name / "runs" / "gpt2"
+        losses[name] = _train_losses(runs / "version_0") + _train_losses(runs / "version_1")
+    assert len(losses["single"]) == len(losses["fsdp"]) == 8
+    diffs = [abs(a - b) for a, b in zip(losses["single"], losses["fsdp"])]
+    assert max(diffs) < 2e-3, losses

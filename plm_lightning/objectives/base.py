@@ -121,9 +121,9 @@ class PretrainingModule(L.LightningModule):
             raise ConfigError(f"model.init_from: {err} (give a plm_lightning .ckpt or a transformers model "
                               "directory)") from err
         meta = ckpt[CHECKPOINT_KEY]
-        if meta["objective"] != type(self).__name__:
+        if meta["objective"] != self.objective_name:
             raise ConfigError(f"model.init_from: '{path}' holds a {meta['objective']} checkpoint; this recipe's "
-                              f"objective is {type(self).__name__}")
+                              f"objective is {self.objective_name}")
         self.config = BackboneConfig(**meta["backbone"])
         self._build_all()
         missing, unexpected = self.load_state_dict(ckpt["state_dict"], strict=False)
@@ -359,8 +359,19 @@ class PretrainingModule(L.LightningModule):
         return {"loss": out["loss"], "predictions": out["lm_predictions"], "targets": out["lm_targets"]}
 
     # -- checkpoints --------------------------------------------------------------------------------------------
+    @property
+    def objective_name(self) -> str:
+        """The recipe's class name, as checkpoints record it. FSDP2's ``fully_shard`` swaps the root module's class
+        for a subclass ``FSDP<Name>`` of ``FSDPModule`` and it; the name is the first class of the MRO that is not
+        one, so a sharded run's checkpoint resumes and exports like any other."""
+        if not torch.distributed.is_available():
+            return type(self).__name__
+        from torch.distributed.fsdp import FSDPModule
+
+        return next(c for c in type(self).__mro__ if not issubclass(c, FSDPModule)).__name__
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta: dict[str, Any] = {"objective": type(self).__name__, "backbone": self.config.to_dict(),
+        meta: dict[str, Any] = {"objective": self.objective_name, "backbone": self.config.to_dict(),
                                 "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen}
         tokenizer = getattr(self, "tokenizer", None)
         if tokenizer is not None:
@@ -376,9 +387,9 @@ class PretrainingModule(L.LightningModule):
         meta = checkpoint.get(CHECKPOINT_KEY)
         if meta is None:
             raise ConfigError("ckpt_path: the checkpoint was not written by plm_lightning (no 'plm_lightning' entry)")
-        if meta["objective"] != type(self).__name__:
+        if meta["objective"] != self.objective_name:
             raise ConfigError(f"ckpt_path: the checkpoint is from a {meta['objective']} recipe, not "
-                              f"{type(self).__name__}; use the recipe it was trained with")
+                              f"{self.objective_name}; use the recipe it was trained with")
         if meta["backbone"] != self.config.to_dict():
             diff = sorted(k for k, v in meta["backbone"].items() if self.config.to_dict().get(k) != v)
             raise ConfigError(f"ckpt_path: the checkpoint's backbone differs from model.backbone in {diff}")
