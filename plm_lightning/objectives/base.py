@@ -362,8 +362,9 @@ class PretrainingModule(L.LightningModule):
     @property
     def objective_name(self) -> str:
         """The recipe's class name, as checkpoints record it. FSDP2's ``fully_shard`` swaps the root module's class
-        for a subclass ``FSDP<Name>`` of ``FSDPModule`` and it; the name is the first class of the MRO that is not
-        one, so a sharded run's checkpoint resumes and exports like any other."""
+        for ``FSDP<Name>``, a subclass of both ``FSDPModule`` and the recipe's class; the name is that of the first
+        class in the MRO that is not an ``FSDPModule``, so a sharded run's checkpoint resumes and exports like any
+        other."""
         if not torch.distributed.is_available():
             return type(self).__name__
         from torch.distributed.fsdp import FSDPModule
