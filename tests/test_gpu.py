@@ -54,6 +54,31 @@ def test_attention_kernels_agree_with_eager_on_cuda(kind, backend, dtype):
     assert (xa.grad - xb.grad).abs().max().item() <= (1e-3 if dtype == torch.float32 else 6e-2 * xa.grad.abs().max().item())
 
 
+@pytest.mark.parametrize("preset", ["tiny-gpt", "tiny-modernbert"])
+def test_xformers_block_diagonal_path_equals_the_dense_sdpa_path_on_cuda(preset):
+    """Padded and packed rows through xformers' real varlen kernels (BlockDiagonal*Mask over one flat stream)
+    against SDPA with the dense padding & document mask, at the real tokens (CPU: tests/test_varlen.py)."""
+    _needs("xformers")
+    from plm_lightning.nn import Decoder, Encoder, get_preset
+
+    cfg = get_preset(preset).replace(vocab_size=97, dropout=0.0, attention_dropout=0.0, pad_token_id=0)
+    stack = Decoder if preset == "tiny-gpt" else Encoder
+    torch.manual_seed(0)
+    dense = stack(cfg.replace(attention_backend="sdpa")).cuda()
+    varlen = stack(cfg.replace(attention_backend="xformers")).cuda()
+    varlen.load_state_dict(dense.state_dict())
+    ids = torch.randint(1, 97, (3, 64), device="cuda")
+    attention = torch.ones(3, 64, dtype=torch.long, device="cuda")
+    attention[0, 40:] = attention[2, 9:] = 0
+    documents = torch.zeros(3, 64, dtype=torch.long, device="cuda")
+    documents[0, 20:], documents[1, 30:], documents[1, 50:] = 1, 1, 2
+    real = attention.bool()
+    with torch.no_grad():
+        a = dense(ids, attention, document_ids=documents).last_hidden_state
+        b = varlen(ids, attention, document_ids=documents).last_hidden_state
+    assert (a[real] - b[real]).abs().max().item() <= 1e-4
+
+
 def test_auto_backend_is_xformers_on_cuda_when_its_kernels_run():
     """An xformers wheel built for another PyTorch imports but has no kernels: auto must then fall back to SDPA."""
     expected = "sdpa" if xformers_unusable_reason() else "xformers"

@@ -20,6 +20,7 @@ from plm_lightning.nn.dropout import dropout
 from plm_lightning.nn.masks import causal_mask, combine, to_additive
 from plm_lightning.nn.positions import apply_rotary
 from plm_lightning.nn.unpad import Unpadding
+from plm_lightning.nn.varlen import Segments, xformers_varlen_attention
 
 BACKENDS = ("auto", "eager", "sdpa", "xformers")
 
@@ -201,13 +202,24 @@ class MultiHeadAttention(nn.Module):
         query_index: Tensor | None = None,
         unpadding: Unpadding | None = None,
         cache: KVCache | None = None,
+        segments: Segments | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: compute the output only for these query positions (keys and values still
         come from every position), returning ``[B, K, H]``. ``unpadding``: ``x`` is ``[1, T, H]`` (real tokens
         only); the kernel runs on the re-padded layout and the output is unpadded again. ``cache``: incremental
         decoding; ``x`` holds only the new positions, which attend to the cached ones too (causal masks are
-        aligned to the end of the keys)."""
+        aligned to the end of the keys). ``segments``: ``x`` (``[1, T, H]`` unpadded or ``[B, L, H]`` packed rows)
+        is one flat stream of these blocks, attended with xformers' block-diagonal bias (``plm_lightning.nn.varlen``;
+        ``rope`` then holds the stream's ``[1, T, D]`` angles); ``mask`` and ``is_causal`` are not read."""
         h = self.hidden_size
+        if segments is not None:
+            if self.cross_attention or query_index is not None or cache is not None or position_bias is not None:
+                raise ValueError("segments are for self-attention over every position, without cache or bias")
+            q, k, v = (self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, h)).split(h, dim=-1))
+            if rope is not None:
+                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            out = xformers_varlen_attention(q, k, v, segments, self.dropout if self.training else 0.0, self.scale)
+            return self.o_proj(out.transpose(1, 2).reshape(x.shape))
         if unpadding is not None:
             if self.cross_attention or query_index is not None:
                 raise ValueError("unpadding is for self-attention over every position")

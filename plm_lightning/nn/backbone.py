@@ -12,15 +12,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from plm_lightning.nn.attention import LayerCache
+from plm_lightning.nn.attention import LayerCache, resolve_backend
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import ConvLayer, relative_positions
 from plm_lightning.nn.embeddings import Embeddings
-from plm_lightning.nn.masks import combine, padding_mask, sliding_window_mask
+from plm_lightning.nn.masks import combine, document_mask, padding_mask, sliding_window_mask
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
 from plm_lightning.nn.unpad import Unpadding
+from plm_lightning.nn.varlen import Segments
 
 
 @dataclass
@@ -98,8 +99,14 @@ class TransformerStack(nn.Module):
         cache: list[LayerCache] | None = None,
         block_position_ids: Tensor | None = None,
         token_embeds: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> BackboneOutput:
-        """``attention_mask`` ``[B, L]`` marks real tokens; ``mask`` is any further boolean mask (document, prefix).
+        """``attention_mask`` ``[B, L]`` marks real tokens; ``document_ids`` ``[B, L]`` the documents packed into each
+        row (a token sees only its own document's); ``mask`` is any further boolean mask (prefix, UniLM).
+
+        On xformers, padding and packed documents are attended block-diagonally over one flat stream of the real
+        tokens (``plm_lightning.nn.varlen``): no dense mask is built and no FLOP is spent on padding or across
+        documents. Elsewhere they are dense masks.
 
         ``causal`` overrides the stack's default mask shape. ``output_positions`` ``[B, K]``: the last block computes
         its output only at these positions (they still attend to every position), so ``last_hidden_state`` is
@@ -125,18 +132,23 @@ class TransformerStack(nn.Module):
         if past + length > positions and self.cfg.position_embedding in ("learned", "sinusoidal"):
             raise ValueError(f"sequence length {past + length} exceeds the {positions} positions of "
                              f"max_position_embeddings={self.cfg.max_position_embeddings}")
-        self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
+        segments = (self.varlen_segments(attention_mask, document_ids, mask, causal, input_ids)
+                    if cache is None and encoder_out is None else None)
+        window = self.cfg.local_attention_window
+        self_mask = local_mask = None
+        if segments is None or output_positions is not None or (window is not None and not causal):
+            documents = document_mask(document_ids) if document_ids is not None else None
+            self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask, documents)
+            local_mask = self_mask
+            if window is not None:
+                local_mask = combine(self_mask, sliding_window_mask(length, window, causal, input_ids.device,
+                                                                    key_length=past + length))
         rope = local_rope = None
         if self.rotary is not None:
             pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
             rope = local_rope = self.rotary(pos)
             if self.local_rotary is not None:
                 local_rope = self.local_rotary(pos)
-        local_mask = self_mask
-        if self.cfg.local_attention_window is not None:
-            window = sliding_window_mask(length, self.cfg.local_attention_window, causal, input_ids.device,
-                                         key_length=past + length)
-            local_mask = combine(self_mask, window)
         bias = (self.relative_bias(length, past + length, input_ids.device, query_offset=past)
                 if self.relative_bias is not None else None)
         enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
@@ -146,20 +158,33 @@ class TransformerStack(nn.Module):
         relative = self.relative_inputs(length, input_ids.device)
         extra = {"relative": relative} if relative is not None else {}
         unpadding = None
-        if self.cfg.unpad and attention_mask is not None and encoder_out is None:
+        if (self.cfg.unpad or segments is not None) and attention_mask is not None and encoder_out is None:
             unpadding = Unpadding.from_attention_mask(attention_mask)
             x = unpadding.unpad(x)
         plan = unpadding
+        stream_rope = None
+        if segments is not None:
+            stream_rope = (self.stream_angles(rope, x, unpadding),) * 2
+            if local_rope is not rope:
+                stream_rope = (stream_rope[0], self.stream_angles(local_rope, x, unpadding))
         blocks = self.blocks()[:num_blocks]
         for i, block in enumerate(blocks):
             last = i == len(blocks) - 1
-            if unpadding is not None and last and output_positions is not None:
+            sparse = last and output_positions is not None
+            if unpadding is not None and sparse:
                 x, unpadding = unpadding.pad(x), None  # the sparse last layer indexes the padded layout
             is_global = self.cfg.is_global_layer(i)
+            layer_segments = None
+            if segments is not None and not sparse and (is_global or causal):
+                layer_segments = segments if is_global else segments.banded(window)
+            layer_rope = rope if is_global else local_rope
+            if layer_segments is not None:
+                layer_rope = stream_rope[0 if is_global else 1]
             x = block(x, mask=self_mask if is_global else local_mask, is_causal=causal and is_global,
-                      position_bias=bias, rope=rope if is_global else local_rope, encoder_out=encoder_out,
+                      position_bias=bias, rope=layer_rope, encoder_out=encoder_out,
                       encoder_mask=enc_mask, query_index=output_positions if last else None,
-                      **({"unpadding": unpadding} if unpadding is not None else {}),
+                      **({"unpadding": unpadding} if unpadding is not None and layer_segments is None else {}),
+                      **({"segments": layer_segments} if layer_segments is not None else {}),
                       **({"cache": cache[i]} if cache is not None else {}), **extra)
             if i == 0 and self.conv is not None:
                 x = self.conv(hidden[0], x, attention_mask)
@@ -173,6 +198,28 @@ class TransformerStack(nn.Module):
             hidden[-1], unpadded[-1] = x, False
         return BackboneOutput(x, tuple(hidden), plan if any(unpadded) else None, tuple(unpadded))
 
+
+    def varlen_segments(self, attention_mask: Tensor | None, document_ids: Tensor | None, mask: Tensor | None,
+                        causal: bool, input_ids: Tensor) -> Segments | None:
+        """The batch's attention blocks when this stack attends block-diagonally (xformers, no mask beyond padding
+        and documents, no relative-position term), else None."""
+        if attention_mask is None and document_ids is None or mask is not None:
+            return None
+        if self.cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
+            return None
+        if resolve_backend(self.cfg.attention_backend, input_ids.device) != "xformers":
+            return None
+        return Segments.of_batch(attention_mask, document_ids, tuple(input_ids.shape), causal)
+
+    @staticmethod
+    def stream_angles(rope: tuple[Tensor, Tensor] | None, x: Tensor,
+                      unpadding: Unpadding | None) -> tuple[Tensor, Tensor] | None:
+        """Rotary angles ``[L, D]`` or ``[B, L, D]`` laid out as the flat stream of ``x``: ``[1, T, D]``."""
+        if rope is None:
+            return None
+        b = unpadding.batch if unpadding is not None else x.shape[0]
+        rows = tuple(t.expand(b, *t.shape[-2:]) for t in rope)
+        return tuple(unpadding.unpad(t) if unpadding is not None else t.reshape(1, -1, t.shape[-1]) for t in rows)
 
     def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, attention_mask: Tensor | None = None,
                               mask: Tensor | None = None, query_index: Tensor | None = None, steps: int = 2) -> Tensor:

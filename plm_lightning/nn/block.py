@@ -11,6 +11,7 @@ from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.feedforward import FeedForward
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.unpad import Unpadding
+from plm_lightning.nn.varlen import Segments
 from plm_lightning.nn.xl_relative import RelativeSelfAttention
 
 
@@ -70,15 +71,17 @@ class TransformerBlock(nn.Module):
         query: Tensor | None = None,
         cache: LayerCache | None = None,
         memory: Tensor | None = None,
+        segments: Segments | None = None,
     ) -> Tensor:
         """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
         ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``).
         ``relative``: DeBERTa's (relative embedding table, relative positions) or Transformer-XL's ``XLRelative``.
         ``query``: a separate query stream (DeBERTa's Enhanced Mask Decoder, XLNet's query stream; its rows at
         ``query_index`` or at every position), keys/values from ``x``. ``memory``: Transformer-XL's hidden states of
-        earlier segments, extra keys/values before ``x``."""
+        earlier segments, extra keys/values before ``x``. ``segments``: self-attention over the blocks of a flat stream
+        (``plm_lightning.nn.varlen``)."""
         skip = query if query is not None else take_rows(x, query_index) if query_index is not None else None
-        given = {"unpadding": unpadding, "relative": relative, "query": query, "memory": memory,
+        given = {"unpadding": unpadding, "relative": relative, "query": query, "memory": memory, "segments": segments,
                  "cache": None if cache is None else cache.self_attn}
         extra = {k: v for k, v in given.items() if v is not None}
         x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,

@@ -1,7 +1,8 @@
 """Unpadding: the real tokens of a padded ``[B, L]`` batch packed into one row, so token-wise layers (projections,
 feed-forward, norms) spend nothing on padding (MosaicBERT, Portes et al. 2023; ModernBERT, Warner et al. 2024,
-sec. 2.1.3). Attention keeps per-sequence boundaries: its kernel runs on the re-padded ``[B, L]`` layout with the
-padding mask (a varlen / block-diagonal kernel would skip the re-padding; the math is the same).
+sec. 2.1.3). Attention keeps per-sequence boundaries: on xformers it attends the unpadded stream block-diagonally
+(``plm_lightning.nn.varlen``); elsewhere its kernel runs on the re-padded ``[B, L]`` layout with the padding mask
+(the math is the same).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn import BackboneConfig, LMHead, document_mask, get_preset, init_weights
+from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
 from plm_lightning.nn.flops import training_flops
-from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape, combine
+from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape
 from plm_lightning.objectives import scale
 from plm_lightning.objectives.schedules import lr_lambda
 
@@ -144,23 +144,23 @@ class PretrainingModule(L.LightningModule):
     def run_stack(self, stack: nn.Module, batch: dict[str, Tensor], input_ids: Tensor | None = None,
                   output_positions: Tensor | None = None) -> Tensor:
         """Last hidden state of ``stack`` on the batch (or on ``input_ids`` in its place, e.g. ELECTRA's replaced
-        tokens), with the block-diagonal document mask when the batch packs several documents per row and the batch's
+        tokens), with its ``document_ids`` when the batch packs several documents per row (a token sees only its own
+        document: a dense block-diagonal mask, or xformers' varlen bias; see ``TransformerStack``) and the batch's
         0-based ``position_ids`` when it has them (XLM's TLM restarts them per language); only at
         ``output_positions`` ``[B, K]`` when given (see ``TransformerStack.forward``).
 
         The attention shape is the stack's own (bidirectional encoder, causal decoder) unless the batch asks for one
         of ``nn.masks.ATTENTION_KINDS``: ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
         ``prefix_lengths`` ``[B]`` (prefix-LM: UL2's decoder-only mode, GLM's Part A)."""
-        extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         ids = batch["input_ids"] if input_ids is None else input_ids
-        causal = None
+        extra = causal = None
         if "attention_kind" in batch or "prefix_lengths" in batch:
             kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
-            extra = combine(extra, attention_shape(kind, ids.shape[1], batch.get("prefix_lengths"), ids.device))
-            causal = False
+            extra, causal = attention_shape(kind, ids.shape[1], batch.get("prefix_lengths"), ids.device), False
         out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("position_ids"),
                     mask=extra, causal=causal, output_positions=output_positions,
-                    task_type_ids=batch.get("task_type_ids"), block_position_ids=batch.get("block_position_ids"))
+                    task_type_ids=batch.get("task_type_ids"), block_position_ids=batch.get("block_position_ids"),
+                    document_ids=batch.get("document_ids"))
         return out.last_hidden_state
 
     def run_stack_for_loss(self, stack: nn.Module, batch: dict[str, Tensor], labels: Tensor,
