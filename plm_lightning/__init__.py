@@ -32,6 +32,7 @@ from plm_lightning.data import (
 )
 from plm_lightning.data.cleaning import Cleaner, CleaningConfig
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
+from plm_lightning.data.streaming import streaming_dataset, write_streams
 from plm_lightning.errors import ConfigError
 from plm_lightning.evaluation import PromptScorer, evaluate_pairs, evaluate_prompts, template_pairs
 from plm_lightning.finetune import (
@@ -82,5 +83,5 @@ __all__ = [
     "SpanExtractor", "TaggingDataModule", "TextDataModule", "TextToText", "TextToTextDataModule", "TextTokenizer",
     "ThroughputMFU", "TokenClassifier", "TrainingSamples", "UL2DataModule", "UniLMDataModule", "Word2Vec",
     "WordEmbeddingDataModule", "WordTagger", "build_world", "embedded_corpus", "evaluate_pairs", "evaluate_prompts",
-    "get_preset", "mask_tokens", "template_pairs",
+    "get_preset", "mask_tokens", "streaming_dataset", "template_pairs", "write_streams",
 ]

@@ -1,6 +1,7 @@
 """The CLI's extra subcommands: ``inspect``, ``export``, ``import``, ``predict CHECKPOINT PROMPTS`` (generation, or
 neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's), ``sweep``,
-``arena`` and ``prepare`` (C4 cleaning); the knowledge tools' commands are re-exported from ``knowledge``."""
+``arena``, ``prepare`` (C4 cleaning) and ``optimize`` (litdata streams); the knowledge tools' commands are
+re-exported from ``knowledge``."""
 
 from __future__ import annotations
 
@@ -313,6 +314,34 @@ def run_prepare(argv: list[str]) -> None:
                                                                    encoding="utf-8"))
     print(report.table())
     print(f"wrote {len(kept):,} pages to {out}")
+
+
+def run_optimize(argv: list[str]) -> None:
+    parser = _Parser(prog="plm_lightning optimize",
+                     description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
+                                 "tokenizer and how the blocks were packed) for `fit --data.streaming DIR`.")
+    parser.add_argument("--config", action="append", help="recipe YAML (repeatable); --data.* overrides follow")
+    parser.add_argument("out", help="the directory to write (upload it to an object store to stream from there)")
+    parser.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size (e.g. 64MB)")
+    parser.add_argument("--workers", type=int, default=1, help="litdata worker processes")
+    args, rest = parser.parse_known_args(argv)
+    if not args.config:
+        raise ConfigError("plm_lightning optimize: give --config RECIPE.yaml")
+    if args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} must be >= 1")
+    from plm_lightning.data.streaming import write_streams
+    from plm_lightning.inspection import build_datamodule
+
+    datamodule, _ = build_datamodule(args.config, rest)
+    if datamodule.streaming is not None or "train" not in datamodule.blocks:
+        raise ConfigError("plm_lightning optimize: the recipe must read data.source (not data.streaming) and pack "
+                          "one kind of block")
+    meta = {"packing": datamodule.packing, "length": datamodule.packed_length(), "seed": datamodule.seed,
+            "source": datamodule.source or "embedded", "datamodule": type(datamodule).__name__}
+    counts = write_streams(datamodule.blocks, Path(args.out), meta, datamodule.tokenizer.file, args.chunk_bytes,
+                           args.workers)
+    print(f"wrote {counts.get('train', 0):,} training and {counts.get('val', 0):,} validation blocks of "
+          f"{meta['length']} tokens to {args.out}")
 
 
 def run_acceptability(argv: list[str]) -> None:

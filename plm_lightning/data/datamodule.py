@@ -18,6 +18,14 @@ from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode
 from plm_lightning.data.sampling import BlockSampler, InterleavedSampler, MixtureSampler, ResumableDataLoader
 from plm_lightning.data.sources import load_documents, source_fingerprint
+from plm_lightning.data.streaming import (
+    check_stream_meta,
+    check_streaming,
+    has_split,
+    read_meta,
+    stream_tokenizer,
+    streaming_dataset,
+)
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import default_cache_dir
@@ -130,6 +138,8 @@ class TextDataModule(L.LightningDataModule):
         max_documents: int | None = None,
         cache_dir: str | None = None,
         word_segmenter: Literal["tokenizer", "jieba"] = "tokenizer",
+        streaming: list[str] | None = None,
+        streaming_weights: list[float] | None = None,
     ) -> None:
         """
         Args:
@@ -152,6 +162,10 @@ class TextDataModule(L.LightningDataModule):
             word_segmenter: Where word boundaries (whole-word, n-gram, span and ERNIE masking) come from: the
                 tokenizer's pre-tokenization, or jieba for Chinese (Chinese whole-word masking, Cui et al. 2019;
                 pip install 'plm-lightning[zh]').
+            streaming: Train on litdata streams instead of ``source``: directories or object-store URIs (s3://,
+                gs://, ...) written by ``python -m plm_lightning optimize`` (``plm_lightning.data.streaming``);
+                several are mixed by ``streaming_weights``. Resumes mid-epoch at the same sample.
+            streaming_weights: Sampling weight of each ``streaming`` corpus (default: by size).
         """
         super().__init__()
         if packing not in PACKING_MODES:
@@ -166,6 +180,16 @@ class TextDataModule(L.LightningDataModule):
         if word_segmenter not in ("tokenizer", "jieba"):
             raise ConfigError(f"data.word_segmenter={word_segmenter!r} is not one of tokenizer, jieba")
         self.word_segmenter = word_segmenter
+        if streaming is not None:
+            check_streaming(streaming, streaming_weights)
+            own = type(self)
+            if any(getattr(own, hook) is not getattr(TextDataModule, hook)
+                   for hook in ("_load_blocks", "_loader", "train_dataloader")):
+                raise ConfigError(f"data.streaming: {own.__name__} builds its own data (several streams or extra "
+                                  "inputs); streaming serves the recipes that read one kind of packed block")
+        elif streaming_weights is not None:
+            raise ConfigError("data.streaming_weights needs data.streaming")
+        self.streaming, self.streaming_weights = streaming, streaming_weights
         self.save_hyperparameters()
         self.source, self.text_field, self.split_name = source, text_field, split
         self.tokenizer_spec, self.vocab_size_to_train = tokenizer, tokenizer_vocab_size
@@ -185,6 +209,8 @@ class TextDataModule(L.LightningDataModule):
     @property
     def tokenizer(self) -> TextTokenizer:
         if self._tokenizer is None:
+            if self.streaming is not None and self.tokenizer_spec in KINDS:  # the streams' own tokenizer
+                self.tokenizer_spec = stream_tokenizer(self.streaming[0])
             fingerprint = self._fingerprint() if self.tokenizer_spec in KINDS else ""
             tok = get_tokenizer(self.tokenizer_spec, lambda: self.documents()[0], self.vocab_size_to_train,
                                 self.cache_dir, fingerprint)
@@ -201,6 +227,11 @@ class TextDataModule(L.LightningDataModule):
             self._load_blocks()
 
     def _load_blocks(self) -> None:
+        if self.streaming is not None:
+            for uri in self.streaming:
+                check_stream_meta(uri, read_meta(uri), self.packing, self.packed_length())
+            self.blocks = {"streamed": None}
+            return
         self.blocks = build_or_load(
             lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
             self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
@@ -261,17 +292,31 @@ class TextDataModule(L.LightningDataModule):
                    else InterleavedSampler(sizes, self.seed, replicas, rank))
         return self._resumable(dataset, sampler, shuffle)
 
+    def _streaming_loader(self, split: str, shuffle: bool) -> Any:
+        from litdata import StreamingDataLoader
+
+        uris = [u for u in self.streaming if split == "train" or has_split(u, split)]
+        if not uris:
+            return []
+        dataset = streaming_dataset(uris, split, shuffle, self.seed, self.streaming_weights if shuffle else None)
+        return StreamingDataLoader(dataset, batch_size=self.batch_size, num_workers=self.num_workers,
+                                   collate_fn=self.collator(), drop_last=shuffle)
+
     def train_dataloader(self) -> ResumableDataLoader:
+        if self.streaming is not None:
+            return self._streaming_loader("train", shuffle=True)
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> ResumableDataLoader | list:
+        if self.streaming is not None:
+            return self._streaming_loader("val", shuffle=False)
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> ResumableDataLoader | list:
-        return self._loader("val", shuffle=False)
+        return self.val_dataloader()
 
     def predict_dataloader(self) -> ResumableDataLoader | list:
-        return self._loader("val", shuffle=False)
+        return self.val_dataloader()
 
 
 class MaskedLMDataModule(TextDataModule):
