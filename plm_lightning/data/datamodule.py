@@ -16,7 +16,13 @@ from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PACKING_MODES, PackedBlocks, PackingMode
-from plm_lightning.data.sampling import BlockSampler, InterleavedSampler, MixtureSampler, ResumableDataLoader
+from plm_lightning.data.sampling import (
+    BlockSampler,
+    InterleavedSampler,
+    MixtureSampler,
+    ResumableDataLoader,
+    data_replicas,
+)
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.streaming import (
     check_stream_meta,
@@ -259,8 +265,7 @@ class TextDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def _replicas(self) -> tuple[int, int]:
-        trainer = self.trainer
-        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        return data_replicas(self.trainer)
 
     def _resumable(self, dataset: Dataset, sampler: BlockSampler, shuffle: bool) -> ResumableDataLoader:
         return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collator(),

@@ -178,13 +178,24 @@ class KeyedList(Dataset):
         return self.items[key[1] if isinstance(key, tuple) else key]
 
 
+def data_replicas(trainer: Any) -> tuple[int, int]:
+    """(replicas, rank) over which the data is split: the strategy's data-parallel ranks (tensor-parallel ranks of
+    one data-parallel group read the same batches), else every process."""
+    if trainer is None:
+        return 1, 0
+    kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None)
+    if kwargs and "num_replicas" in kwargs:
+        return int(kwargs["num_replicas"]), int(kwargs["rank"])
+    return trainer.world_size, trainer.global_rank
+
+
 def resumable_loader(dataset: Dataset, collate_fn: Any, batch_size: int, shuffle: bool, seed: int,
                      num_workers: int = 0, trainer: Any = None) -> ResumableDataLoader | list:
     """Every sample of ``dataset`` once per epoch (shuffled by seed and epoch, or in order), sharded over the
     trainer's ranks, in a loader that resumes mid-epoch; ``[]`` for an empty dataset."""
     if len(dataset) == 0:
         return []
-    replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    replicas, rank = data_replicas(trainer)
     sampler = BlockSampler(len(dataset), shuffle=shuffle, seed=seed, num_replicas=replicas, rank=rank, drop_last=False)
     return ResumableDataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn,
                                num_workers=num_workers, generator=torch.Generator().manual_seed(seed))

@@ -171,6 +171,8 @@ class MultiHeadAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else scale
         self.dropout, self.backend = dropout, backend
         self.hidden_size, self.cross_attention = hidden_size, cross_attention
+        self.sliceable = True
+        """Whether the fused q/k/v weight may be sliced (False once tensor parallelism has split it)."""
         if cross_attention:
             self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
             self.kv_proj = nn.Linear(hidden_size if kv_size is None else kv_size, 2 * hidden_size, bias=bias)
@@ -215,11 +217,11 @@ class MultiHeadAttention(nn.Module):
         if segments is not None:
             if self.cross_attention or query_index is not None or cache is not None or position_bias is not None:
                 raise ValueError("segments are for self-attention over every position, without cache or bias")
-            q, k, v = (self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, h)).split(h, dim=-1))
+            q, k, v = (self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, x.shape[-1])).split(h, dim=-1))
             if rope is not None:
                 q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
             out = xformers_varlen_attention(q, k, v, segments, self.dropout if self.training else 0.0, self.scale)
-            return self.o_proj(out.transpose(1, 2).reshape(x.shape))
+            return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], h))
         if unpadding is not None:
             if self.cross_attention or query_index is not None:
                 raise ValueError("unpadding is for self-attention over every position")
@@ -241,8 +243,9 @@ class MultiHeadAttention(nn.Module):
             k, v = self.kv_proj(kv).split(h, dim=-1)
         elif kv is not None:
             raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
-        elif query_index is None:
+        elif query_index is None or not self.sliceable:
             q, k, v = self.qkv_proj(x).split(h, dim=-1)
+            q = q if query_index is None else take_rows(q, query_index)
         else:  # the fused weight's first third projects the queries
             w, b = self.qkv_proj.weight, self.qkv_proj.bias
             q = F.linear(take_rows(x, query_index), w[:h], None if b is None else b[:h])

@@ -216,17 +216,23 @@ class PretrainingModule(L.LightningModule):
             self._build_all()
 
     def configure_model(self) -> None:
-        """Scale hooks, in the torchtitan order: activation checkpointing, compile, then FSDP2 per block."""
+        """Scale hooks, in the torchtitan order: tensor parallelism, activation checkpointing, compile, then FSDP2 per
+        block (``objectives.scale``)."""
         if not self.built:
             self._build_all()
         if getattr(self, "_scaled", False):
             return
+        mesh = self.device_mesh if self._device_mesh is not None else None
+        tensor_parallel = mesh["tensor_parallel"] if mesh is not None and "tensor_parallel" in (
+            mesh.mesh_dim_names or ()) and mesh["tensor_parallel"].size() > 1 else None
+        if tensor_parallel is not None:
+            scale.check_tensor_parallel(self.config, tensor_parallel.size())
+            scale.apply_tensor_parallel(self, tensor_parallel)
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:
                 scale.apply_activation_checkpointing(stack)
             if self.hparams.compile:
                 scale.apply_compile(stack)
-        mesh = self.device_mesh if self._device_mesh is not None else None
         if mesh is not None:
             scale.apply_fully_shard(self, mesh)
         self._scaled = True
@@ -254,7 +260,7 @@ class PretrainingModule(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        if gradient_clip_val and scale.bf16_mixed(self.trainer):
+        if gradient_clip_val and scale.gradient_scaler(self.trainer) is None:
             scale.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
         else:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)

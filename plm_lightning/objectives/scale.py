@@ -1,6 +1,7 @@
 """How a model is distributed, kept apart from what it computes (torchtitan's parallelize.py split).
 
-Applied by `PretrainingModule.configure_model` in this order: activation checkpointing, torch.compile, FSDP2.
+Applied by `PretrainingModule.configure_model` in this order: tensor parallelism, activation checkpointing,
+torch.compile, FSDP2.
 """
 
 from __future__ import annotations
@@ -22,6 +23,80 @@ def apply_compile(stack: nn.Module) -> None:
     layers = stack.layers
     for i, block in enumerate(layers):
         layers[i] = torch.compile(block)
+
+
+def _fused_colwise(parts: int):  # noqa: ANN202 - a ParallelStyle, imported lazily
+    """Column parallelism for a fused projection of ``parts`` equal outputs (q|k|v, k|v): each rank holds the same
+    slice of every part (``_StridedShard``), so its local output is ``[q_r | k_r | v_r]``, the projections of its own
+    heads, and is used as such (a plain ``ColwiseParallel`` would give rank 0 all of q and half of k)."""
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    class FusedColwiseParallel(ColwiseParallel):
+        def _partition_linear_fn(self, name, module, device_mesh):  # noqa: ANN001, ANN202
+            for param_name, param in module.named_parameters():
+                placement = [_StridedShard(0, split_factor=parts)]
+                module.register_parameter(param_name, nn.Parameter(distribute_tensor(param, device_mesh, placement)))
+
+        @staticmethod
+        def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):  # noqa: ANN001, ANN205
+            return outputs.to_local()  # the strided local block as it is: no redistribution to a plain Shard(-1)
+
+    return FusedColwiseParallel()
+
+
+def check_tensor_parallel(cfg, size: int) -> None:  # noqa: ANN001 - a BackboneConfig
+    """The shapes and attention kinds Megatron-style tensor parallelism splits here."""
+    from plm_lightning.errors import ConfigError
+
+    if cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
+        raise ConfigError(f"tensor_parallel_size={size}: position_embedding={cfg.position_embedding!r} adds a per-head "
+                          "relative term that is not split over ranks; use data parallelism / FSDP2 for this recipe")
+    for key in ("num_heads", "intermediate_size"):
+        if getattr(cfg, key) % size:
+            raise ConfigError(f"tensor_parallel_size={size} does not divide the backbone's {key}={getattr(cfg, key)}")
+
+
+def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
+    """Megatron-LM tensor parallelism (Shoeybi et al. 2019, sec. 3, fig. 3) over the mesh's ``tensor_parallel``
+    dimension, through DTensor's ``parallelize_module``: in every block, the q/k/v projections (fused, see
+    ``_fused_colwise``) and the feed-forward's first layer and gate are split by output columns, the attention output
+    and the feed-forward's second layer by input rows. Each of the t ranks holds num_heads / t heads and
+    intermediate_size / t inner units; one all-reduce after each sub-layer restores the replicated residual stream
+    (its conjugate in the backward pass). Embeddings, norms and heads stay replicated."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from plm_lightning.nn.attention import MultiHeadAttention
+
+    size, split = mesh.size(), set()  # split: sub-layers already parallelized (ALBERT shares them between blocks)
+    for stack in (m for m in module.modules() if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)):
+        for block in stack.layers:
+            plan = {}
+            if id(block.ffn) not in split:
+                split.add(id(block.ffn))
+                plan.update({"ffn.fc_in": ColwiseParallel(), "ffn.fc_out": RowwiseParallel()})
+                if block.ffn.fc_gate is not None:
+                    plan["ffn.fc_gate"] = ColwiseParallel()
+            attentions = [("self_attn", block.self_attn)]
+            if block.cross_attn is not None:
+                attentions.append(("cross_attn", block.cross_attn))
+            for name, attention in attentions:
+                if id(attention) in split:
+                    continue
+                split.add(id(attention))
+                if not isinstance(attention, MultiHeadAttention):
+                    raise TypeError(f"tensor parallelism splits MultiHeadAttention, not {type(attention).__name__}")
+                if attention.cross_attention:
+                    plan[f"{name}.q_proj"], plan[f"{name}.kv_proj"] = ColwiseParallel(), _fused_colwise(2)
+                else:
+                    plan[f"{name}.qkv_proj"] = _fused_colwise(3)
+                plan[f"{name}.o_proj"] = RowwiseParallel()
+                attention.num_heads //= size  # the local heads; every reshape follows these two
+                attention.hidden_size //= size
+                attention.sliceable = False
+            if plan:
+                parallelize_module(block, mesh, plan)
 
 
 def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
@@ -46,13 +121,6 @@ def gradient_scaler(trainer) -> object | None:  # noqa: ANN001
     return getattr(trainer.precision_plugin, "scaler", None)
 
 
-def bf16_mixed(trainer) -> bool:  # noqa: ANN001
-    """Lightning's autocast plugin without a loss scaler: the one whose refusal to clip for a fused optimizer is moot."""
-    from lightning.pytorch.plugins.precision import MixedPrecision
-
-    return isinstance(trainer.precision_plugin, MixedPrecision) and gradient_scaler(trainer) is None
-
-
 def fused_optimizer_fits(trainer) -> bool:  # noqa: ANN001
     """A fused AdamW unscales fp16 gradients inside its step, so they cannot be clipped before it: under
     ``16-mixed`` with ``gradient_clip_val`` the optimizer must be the unfused one."""
@@ -60,11 +128,33 @@ def fused_optimizer_fits(trainer) -> bool:  # noqa: ANN001
 
 
 def clip_gradients(optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str | None) -> None:
-    """Clip the gradients of ``optimizer``'s parameters by global norm (default) or by value. Under bf16 there is no
-    scaler, so the gradients are true ones; Lightning's mixed-precision plugin still refuses to clip for a fused
-    optimizer (it assumes fp16 unscaling inside the step), hence this direct path."""
+    """Clip the gradients of ``optimizer``'s parameters by global norm (default) or by value. Without an fp16 loss
+    scaler the gradients are true ones and this direct path serves every precision (Lightning's mixed-precision
+    plugin refuses to clip for a fused optimizer, assuming fp16 unscaling inside the step), and every layout: the
+    global norm of DTensor gradients on different meshes (FSDP2's data-parallel mesh, its 2D product with the
+    tensor-parallel one) is reduced mesh by mesh (``total_grad_norm``), where ``clip_grad_norm_`` would stack them."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     if algorithm == "value":
         torch.nn.utils.clip_grad_value_(params, clip_val)
-    else:
-        torch.nn.utils.clip_grad_norm_(params, clip_val)
+        return
+    coefficient = min(1.0, clip_val / (float(total_grad_norm([p.grad for p in params])) + 1e-6))
+    if coefficient < 1.0:
+        for p in params:
+            p.grad.mul_(coefficient)
+
+
+def total_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all ``grads``: per-tensor norms stacked and reduced per (mesh, placement) group, each group's
+    norm made whole (``full_tensor``) once, then combined."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[object, list[torch.Tensor]] = {}
+    for grad in grads:
+        norm = torch.linalg.vector_norm(grad, 2)
+        key = (norm.device_mesh, norm.placements) if isinstance(norm, DTensor) else None
+        groups.setdefault(key, []).append(norm)
+    parts = []
+    for norms in groups.values():
+        norm = torch.linalg.vector_norm(torch.stack(norms), 2)
+        parts.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    return torch.linalg.vector_norm(torch.stack([p.float() for p in parts]), 2)

@@ -1,0 +1,42 @@
+"""Tensor parallelism's single-process pieces: what it refuses, the attention path it switches to, and the global
+gradient norm it clips by (the 2-process runs: tests/test_scale_and_resume.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plm_lightning.errors import ConfigError
+from plm_lightning.nn import MultiHeadAttention, get_preset
+from plm_lightning.objectives.scale import check_tensor_parallel, total_grad_norm
+
+
+@pytest.mark.parametrize(("preset", "overrides", "message"), [
+    ("t5-small", {}, "position_embedding='t5_relative'"),
+    ("deberta-v3-base", {}, "position_embedding='disentangled'"),
+    ("tiny-gpt", {"num_heads": 1, "hidden_size": 64}, "does not divide the backbone's num_heads=1"),
+    ("tiny-gpt", {"intermediate_size": 255}, "intermediate_size=255"),
+])
+def test_tensor_parallel_refuses_what_it_cannot_split(preset, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_tensor_parallel(get_preset(preset).replace(**overrides), 2)
+    check_tensor_parallel(get_preset("tiny-gpt"), 2)  # 2 heads, 256 units: splits
+
+
+def test_sparse_queries_without_slicing_the_fused_weight_equal_the_sliced_path():
+    """Once tensor parallelism has split q/k/v, the sparse last layer projects every query and keeps its rows."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(32, 4).eval()
+    x, index = torch.randn(2, 9, 32), torch.tensor([[0, 4, 8], [1, 2, 3]])
+    sliced = attention(x, query_index=index)
+    attention.sliceable = False
+    assert torch.allclose(attention(x, query_index=index), sliced, atol=1e-6)
+
+
+def test_total_grad_norm_is_clip_grad_norms():
+    torch.manual_seed(0)
+    grads = [torch.randn(5, 3), torch.randn(7), torch.randn(2, 2, 2)]
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    assert torch.allclose(total_grad_norm(grads), torch.nn.utils.clip_grad_norm_(params, 1e9))
