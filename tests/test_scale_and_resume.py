@@ -173,25 +173,53 @@ def test_mixed_precision_clips_gradients_with_the_fused_optimizer(precision):
 
 
 @pytest.mark.slow
-def test_fsdp2_checkpoint_of_two_processes_resumes_in_one(tmp_path):
-    """4 steps under FSDP2 over 2 processes (global batch 2 x 8), then `--ckpt_path` in one process (batch 16) to step
-    8, against the same 4 + 4 steps in one process: the sharded run's checkpoint names the recipe's class (not
-    FSDP2's `FSDPCausalLM` wrapper) and resumes as the single-process checkpoint does. (The first leg's max_steps
-    sets its learning-rate schedule, hence a two-leg reference.)"""
+def test_checkpoints_resume_across_world_sizes_and_layouts(tmp_path):
+    """4 steps, a checkpoint, then `--ckpt_path` to step 8 under another layout: FSDP2 over 2 processes (global batch
+    2 x 8) resumed in one process (batch 16), one process resumed under FSDP2, and tensor parallelism over 2
+    processes (both read the batch of 16) resumed in one. Each equals the same 4 + 4 steps in one process, and every
+    checkpoint names the recipe's class (not FSDP2's `FSDPCausalLM` wrapper). (The first leg's max_steps sets its
+    learning-rate schedule, hence a two-leg reference.)"""
     config = str(ROOT / "configs" / "gpt2.yaml")
-    fsdp = ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml")]
+    layouts = {
+        "single": ["--data.batch_size", "16"],
+        "fsdp": ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml"), "--data.batch_size", "8"],
+        "tp": ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml"), "--data.batch_size", "16"],
+    }
     losses = {}
-    for name, first_leg in (("single", ["--data.batch_size", "16"]), ("fsdp", [*fsdp, "--data.batch_size", "8"])):
+    for first, second in (("single", "single"), ("fsdp", "single"), ("single", "fsdp"), ("tp", "single")):
+        name = f"{first}-{second}"
         (tmp_path / name).mkdir()
-        res = run_cli(["fit", "--config", config, *first_leg, *SMALL, "--trainer.max_steps", "4"], cwd=tmp_path / name)
+        res = run_cli(["fit", "--config", config, *layouts[first], *SMALL, "--trainer.max_steps", "4"],
+                      cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
         (last,) = (tmp_path / name).rglob("last.ckpt")
         assert torch.load(last, weights_only=True)["plm_lightning"]["objective"] == "CausalLM"
-        res = run_cli(["fit", "--config", config, *SMALL, "--data.batch_size", "16", "--ckpt_path", str(last)],
+        res = run_cli(["fit", "--config", config, *layouts[second], *SMALL, "--ckpt_path", str(last)],
                       cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
         runs = tmp_path / name / "runs" / "gpt2"
         losses[name] = _train_losses(runs / "version_0") + _train_losses(runs / "version_1")
-    assert len(losses["single"]) == len(losses["fsdp"]) == 8
-    diffs = [abs(a - b) for a, b in zip(losses["single"], losses["fsdp"])]
-    assert max(diffs) < 2e-3, losses
+        assert len(losses[name]) == 8, name
+    for name, trajectory in losses.items():
+        assert max(abs(a - b) for a, b in zip(losses["single-single"], trajectory)) < 2e-3, (name, losses)
+
+
+def test_optimizer_state_numbered_by_module_order_loads_back_unchanged():
+    """Renumbering (for ModelParallelStrategy's reader) keeps torch's own loader exact: it matches by group place."""
+    from plm_lightning.objectives.scale import number_by_module_order
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    params = list(module.parameters())
+    groups = [{"params": [p for p in params if p.ndim >= 2]}, {"params": [p for p in params if p.ndim < 2]}]
+    optimizer = torch.optim.AdamW(groups, lr=0.1)
+    module(torch.randn(5, 3)).square().sum().backward()
+    optimizer.step()
+    state = number_by_module_order(optimizer.state_dict(), optimizer, module)
+    assert [n for g in state["param_groups"] for n in g["params"]] == [0, 4, 1, 2, 3, 5]  # weights, then the rest
+    for number, p in enumerate(params):
+        assert torch.equal(state["state"][number]["exp_avg"], optimizer.state[p]["exp_avg"])
+    fresh = torch.optim.AdamW([{"params": g["params"]} for g in groups], lr=0.1)
+    fresh.load_state_dict(state)
+    for p in params:
+        assert torch.equal(fresh.state[p]["exp_avg_sq"], optimizer.state[p]["exp_avg_sq"])

@@ -300,6 +300,10 @@ class TextDataModule(L.LightningDataModule):
     def _streaming_loader(self, split: str, shuffle: bool) -> Any:
         from litdata import StreamingDataLoader
 
+        trainer = self.trainer
+        if trainer is not None and data_replicas(trainer)[0] != trainer.world_size:
+            raise ConfigError("data.streaming: litdata splits a stream over every process, but the ranks of one "
+                              "tensor-parallel group must read the same batches; stream with tensor_parallel_size: 1")
         uris = [u for u in self.streaming if split == "train" or has_split(u, split)]
         if not uris:
             return []

@@ -389,6 +389,11 @@ class PretrainingModule(L.LightningModule):
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             meta["rng"]["cuda"] = torch.cuda.get_rng_state_all()
         checkpoint[CHECKPOINT_KEY] = meta
+        trainer = self._trainer
+        if trainer is not None and "optimizer_states" in checkpoint and not scale.numbers_by_module_order(trainer):
+            checkpoint["optimizer_states"] = [scale.number_by_module_order(state, optimizer, self)
+                                              for state, optimizer in zip(checkpoint["optimizer_states"],
+                                                                          trainer.optimizers)]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta = checkpoint.get(CHECKPOINT_KEY)

@@ -116,6 +116,28 @@ def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
     fully_shard(module, mesh=dp_mesh)
 
 
+def numbers_by_module_order(trainer) -> bool:  # noqa: ANN001
+    """Whether the strategy writes full optimizer states numbered by ``module.parameters()`` (ModelParallelStrategy's
+    ``FSDP.rekey_optim_state_dict``), the numbering it also reads them with."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    return isinstance(trainer.strategy, ModelParallelStrategy)
+
+
+def number_by_module_order(state: dict, optimizer: torch.optim.Optimizer, module: nn.Module) -> dict:
+    """An optimizer state numbered by each parameter's place in ``module.parameters()`` instead of torch's
+    param-group order. ``ModelParallelStrategy`` reads a full checkpoint's numbers as the former, so without this a
+    single-process or DDP checkpoint (whose param groups, decay then no decay, interleave the module's order) could
+    not resume under FSDP2 or tensor parallelism; torch's own loader matches parameters by their place in each group
+    and reads either numbering."""
+    place = {id(p): i for i, p in enumerate(module.parameters())}
+    saved = [number for group in state["param_groups"] for number in group["params"]]
+    current = [p for group in optimizer.param_groups for p in group["params"]]
+    renumber = {old: place[id(p)] for old, p in zip(saved, current)}
+    return {**state, "state": {renumber[k]: v for k, v in state["state"].items()},
+            "param_groups": [{**g, "params": [renumber[n] for n in g["params"]]} for g in state["param_groups"]]}
+
+
 def gradient_scaler(trainer) -> object | None:  # noqa: ANN001
     """The fp16 loss scaler of the trainer's precision plugin (``16-mixed``), None for bf16 and full precision."""
     return getattr(trainer.precision_plugin, "scaler", None)
