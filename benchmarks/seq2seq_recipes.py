@@ -1,7 +1,7 @@
 """Training speed of the encoder-decoder recipes of issue 4 against transformers at the same config, and the span
 corruption collator's cost as a share of one training step.
 
-    python -m benchmarks.seq2seq_recipes [--threads 2] [--repeats 6] [--batch 8] [--seq 128]
+    python -m benchmarks.seq2seq_recipes [--threads 2] [--repeats 6] [--batch 8] [--seq 128] [--compile]
 
 - T5-base span corruption (seq inputs, T5's target length) vs ``T5ForConditionalGeneration``.
 - T5.1.1-base (GeGLU, untied head, no dropout) vs ``T5ForConditionalGeneration`` (gated-gelu).
@@ -9,6 +9,8 @@ corruption collator's cost as a share of one training step.
   ``BartForConditionalGeneration``.
 - The collators: seconds to corrupt one batch of rows (T5's random spans and sentinels; BART's five noising
   functions) over the seconds of one T5-base / BART-base training step on it; the issue's goal is <= 5%.
+
+``--compile`` adds both models with every block of both stacks compiled, timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import interleaved_timing, step_parser
-from benchmarks.train_throughput import _step_fn
+from benchmarks.train_throughput import _step_fn, _variants
 from plm_lightning.data import BARTCollator, SpanCorruptionCollator
 from plm_lightning.data.corruption.bart_noise import BARTNoise
 from plm_lightning.data.corruption.t5_span import raw_length_for, sentinel_ids
@@ -44,30 +46,46 @@ def _hf_t5(v1_1: bool) -> torch.nn.Module:
     return T5ForConditionalGeneration(cfg).train()
 
 
-def _versus_hf(ours: Seq2SeqLM, hf: torch.nn.Module, d: dict, repeats: int, name: str, counterpart: str) -> dict:
-    """One training step of each on the same batch, interleaved; tokens = encoder + decoder tokens."""
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"],
-                                      decoder_input_ids=d["decoder_input_ids"],
-                                      decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"]).loss),
-    }, repeats=repeats)
+def _versus_hf(make_ours, make_hf, hf_stacks, d: dict, repeats: int, name: str, counterpart: str,  # noqa: ANN001
+               compiled: bool = False) -> dict:
+    """One training step of each on the same batch, interleaved (and of each with compiled blocks when
+    ``compiled``); tokens = encoder + decoder tokens."""
+
+    def hf_loss(hf: torch.nn.Module) -> torch.Tensor:
+        return hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"], decoder_input_ids=d["decoder_input_ids"],
+                  decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"], use_cache=False).loss
+
+    t = interleaved_timing(_variants(make_ours, make_hf, hf_stacks, lambda m: m(**d)["loss"], hf_loss, compiled),
+                           repeats=repeats, warmup=3 if compiled else 2)
     tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
-    return {"benchmark": name, "counterpart": counterpart, "threads": torch.get_num_threads(),
-            "ours_tokens_per_s": round(tokens / t["ours"]["median"], 1),
-            "hf_tokens_per_s": round(tokens / t["hf"]["median"], 1),
-            "ours_s_per_step_median": round(t["ours"]["median"], 4), "hf_s_per_step_median": round(t["hf"]["median"], 4),
-            "speedup_ours_over_hf": round(t["hf"]["ratio_to_first"], 3)}
+    out = {"benchmark": name, "counterpart": counterpart, "threads": torch.get_num_threads()}
+    for k, v in t.items():
+        out[f"{k}_tokens_per_s"] = round(tokens / v["median"], 1)
+        out[f"{k}_s_per_step_median"] = round(v["median"], 4)
+    out["speedup_ours_over_hf"] = round(t["hf"]["ratio_to_first"], 3)
+    if compiled:
+        out["speedup_ours_compiled_over_hf_compiled"] = round(t["hf_compiled"]["median"] / t["ours_compiled"]["median"], 3)
+        out["speedup_of_compile_ours"] = round(t["ours"]["median"] / t["ours_compiled"]["median"], 3)
+        out["speedup_of_compile_hf"] = round(t["hf"]["median"] / t["hf_compiled"]["median"], 3)
+    return out
 
 
-def t5(batch: int, seq: int, repeats: int, v1_1: bool) -> dict:
+def t5(batch: int, seq: int, repeats: int, v1_1: bool, compiled: bool = False) -> dict:
     raw, _ = raw_length_for(seq, 0.15, 3.0)
     collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
     d = collate(_samples(batch, raw))
-    ours = Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train()
     name = "T5.1.1-base" if v1_1 else "T5-base"
-    return _versus_hf(ours, _hf_t5(v1_1), d, repeats, f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)",
-                      "T5ForConditionalGeneration")
+    return _versus_hf(lambda: Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train(),
+                      lambda: _hf_t5(v1_1), _hf_blocks, d, repeats,
+                      f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)", "T5ForConditionalGeneration",
+                      compiled)
+
+
+def _hf_blocks(hf: torch.nn.Module) -> list[torch.nn.ModuleList]:
+    """Both stacks' blocks of a transformers T5 or BART."""
+    if hasattr(hf, "encoder"):
+        return [hf.encoder.block, hf.decoder.block]
+    return [hf.model.encoder.layers, hf.model.decoder.layers]
 
 
 BART_VOCAB = 50265
@@ -90,17 +108,17 @@ def _bart_collator() -> BARTCollator:
                         random_ids=np.arange(4, BART_VOCAB - 1))
 
 
-def bart(batch: int, seq: int, repeats: int) -> dict:
+def bart(batch: int, seq: int, repeats: int, compiled: bool = False) -> dict:
     from transformers import BartConfig, BartForConditionalGeneration
 
     d = _bart_collator()(_bart_samples(batch, seq))
-    ours = Seq2SeqLM(backbone="bart-base", vocab_size=BART_VOCAB, decoder_start_token="eos").train()
-    hf = BartForConditionalGeneration(BartConfig(vocab_size=BART_VOCAB, d_model=768, encoder_layers=6, decoder_layers=6,
-                                                 encoder_attention_heads=12, decoder_attention_heads=12,
-                                                 encoder_ffn_dim=3072, decoder_ffn_dim=3072, dropout=0.1,
-                                                 attention_dropout=0.1, activation_dropout=0.1)).train()
-    return _versus_hf(ours, hf, d, repeats, f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)",
-                      "BartForConditionalGeneration")
+    config = BartConfig(vocab_size=BART_VOCAB, d_model=768, encoder_layers=6, decoder_layers=6,
+                        encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
+                        decoder_ffn_dim=3072, dropout=0.1, attention_dropout=0.1, activation_dropout=0.1)
+    return _versus_hf(lambda: Seq2SeqLM(backbone="bart-base", vocab_size=BART_VOCAB, decoder_start_token="eos").train(),
+                      lambda: BartForConditionalGeneration(config).train(), _hf_blocks, d, repeats,
+                      f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)", "BartForConditionalGeneration",
+                      compiled)
 
 
 def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> dict:
@@ -132,11 +150,13 @@ def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> di
 
 
 def main() -> None:
-    args = step_parser(["t5", "t5-v1_1", "bart", "collator", "bart-collator"]).parse_args()
+    parser = step_parser(["t5", "t5-v1_1", "bart", "collator", "bart-collator"])
+    parser.add_argument("--compile", action="store_true", help="also time both models with compiled blocks")
+    args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False),
-            "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True),
-            "bart": lambda: bart(args.batch, args.seq, args.repeats),
+    runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False, args.compile),
+            "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True, args.compile),
+            "bart": lambda: bart(args.batch, args.seq, args.repeats, args.compile),
             "collator": lambda: collator_share(args.batch, args.seq, args.repeats),
             "bart-collator": lambda: collator_share(args.batch, args.seq, args.repeats, "bart")}
     for name in args.only:

@@ -1,10 +1,12 @@
 """Training tokens/s and achieved FLOP/s of our MLM and CLM vs Hugging Face transformers, side by side.
 
-    python benchmarks/train_throughput.py [--threads 2] [--repeats 6]
+    python benchmarks/train_throughput.py [--threads 2] [--repeats 6] [--compile]
 
 Same config, batch, sequence length, dropout and thread count; the fused AdamW step (each framework's default)
 included. The roofline is this machine's
-best dense fp32 matmul rate, measured in the same run.
+best dense fp32 matmul rate, measured in the same run. ``--compile`` adds both models with every Transformer block
+compiled (``torch.compile``, inductor; ours through ``--model.compile``'s own hook), timed in the same rounds after
+a warm-up that includes the compilation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from benchmarks.common import interleaved_timing
 from plm_lightning.callbacks.throughput import measure_matmul_flops
 from plm_lightning.nn.flops import training_flops
 from plm_lightning.objectives import CausalLM, MaskedLM
+from plm_lightning.objectives.scale import apply_compile
 
 
 def _step_fn(model, loss_fn):  # noqa: ANN001, ANN202
@@ -32,7 +35,28 @@ def _step_fn(model, loss_fn):  # noqa: ANN001, ANN202
     return step
 
 
-def mlm(batch: int, seq: int, repeats: int) -> dict:
+def _compiled_blocks(layers: torch.nn.ModuleList) -> None:
+    for i, block in enumerate(layers):
+        layers[i] = torch.compile(block)
+
+
+def _variants(make_ours, make_hf, hf_layers, ours_loss, hf_loss, compiled: bool) -> dict:  # noqa: ANN001
+    """Step functions of ours and HF, eager, and with ``compiled`` each with its blocks compiled as well
+    (``hf_layers``: the model's lists of blocks)."""
+    fns = {}
+    for suffix in ("", "_compiled") if compiled else ("",):
+        ours, hf = make_ours(), make_hf()
+        if suffix:
+            for stack in ours.stacks():
+                apply_compile(stack)
+            for layers in hf_layers(hf):
+                _compiled_blocks(layers)
+        fns[f"ours{suffix}"] = _step_fn(ours, lambda m=ours: ours_loss(m))
+        fns[f"hf{suffix}"] = _step_fn(hf, lambda m=hf: hf_loss(m))
+    return fns
+
+
+def mlm(batch: int, seq: int, repeats: int, compiled: bool = False) -> dict:
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(0)
@@ -41,35 +65,35 @@ def mlm(batch: int, seq: int, repeats: int) -> dict:
     chosen = torch.rand(batch, seq) < 0.15
     labels[chosen] = ids[chosen]
     mask = torch.ones_like(ids)
-    ours = MaskedLM(backbone="bert-base", vocab_size=30522).train()
-    hf = BertForMaskedLM(BertConfig()).train()
     batch_d = {"input_ids": ids, "labels": labels, "attention_mask": mask}
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**batch_d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=ids, attention_mask=mask, labels=labels).loss),
-    }, repeats=repeats)
+    fns = _variants(lambda: MaskedLM(backbone="bert-base", vocab_size=30522).train(),
+                    lambda: BertForMaskedLM(BertConfig()).train(), lambda hf: [hf.bert.encoder.layer],
+                    lambda m: m(**batch_d)["loss"],
+                    lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss, compiled)
+    t = interleaved_timing(fns, repeats=repeats, warmup=3 if compiled else 2)
+    config = MaskedLM(backbone="bert-base", vocab_size=30522).config
     n_loss = int(chosen.sum())
-    flops = {"ours": training_flops(ours.config, batch, seq, n_loss),
-             "hf": training_flops(ours.config, batch, seq, batch * seq)}  # HF's head is dense over every token
+    flops = {"ours": training_flops(config, batch, seq, n_loss),
+             "hf": training_flops(config, batch, seq, batch * seq)}  # HF's head is dense over every token
+    flops.update({f"{k}_compiled": v for k, v in flops.items()})
     return _report("MLM bert-base", batch, seq, t, flops, model_flops=flops["ours"])
 
 
-def clm(batch: int, seq: int, repeats: int) -> dict:
+def clm(batch: int, seq: int, repeats: int, compiled: bool = False) -> dict:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     ids = torch.randint(0, 50257, (batch, seq))
     labels = torch.full_like(ids, -100)
     labels[:, :-1] = ids[:, 1:]
-    ours = CausalLM(backbone="gpt2", vocab_size=50257).train()
-    hf = GPT2LMHeadModel(GPT2Config()).train()
     batch_d = {"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)}
-    t = interleaved_timing({
-        "ours": _step_fn(ours, lambda: ours(**batch_d)["loss"]),
-        "hf": _step_fn(hf, lambda: hf(input_ids=ids, labels=ids).loss),
-    }, repeats=repeats)
-    f = training_flops(ours.config, batch, seq, batch * (seq - 1), head_transform=False)
-    return _report("CLM gpt2", batch, seq, t, {"ours": f, "hf": f}, model_flops=f)
+    fns = _variants(lambda: CausalLM(backbone="gpt2", vocab_size=50257).train(),
+                    lambda: GPT2LMHeadModel(GPT2Config()).train(), lambda hf: [hf.transformer.h],
+                    lambda m: m(**batch_d)["loss"], lambda m: m(input_ids=ids, labels=ids, use_cache=False).loss, compiled)
+    t = interleaved_timing(fns, repeats=repeats, warmup=3 if compiled else 2)
+    f = training_flops(CausalLM(backbone="gpt2", vocab_size=50257).config, batch, seq, batch * (seq - 1),
+                       head_transform=False)
+    return _report("CLM gpt2", batch, seq, t, {k: f for k in t}, model_flops=f)
 
 
 def _report(name: str, batch: int, seq: int, t: dict, flops: dict, model_flops: int) -> dict:
@@ -85,6 +109,11 @@ def _report(name: str, batch: int, seq: int, t: dict, flops: dict, model_flops: 
         out[f"{k}_model_flops_per_s"] = model_flops / med
     out["speedup_ours_over_hf"] = round(t["hf"]["ratio_to_first"], 3)
     out["speedup_ours_over_hf_by_min"] = round(t["hf"]["min"] / t["ours"]["min"], 3)
+    if "ours_compiled" in t:
+        out["speedup_ours_compiled_over_hf"] = round(t["hf"]["median"] / t["ours_compiled"]["median"], 3)
+        out["speedup_ours_compiled_over_hf_compiled"] = round(t["hf_compiled"]["median"] / t["ours_compiled"]["median"], 3)
+        out["speedup_of_compile_ours"] = round(t["ours"]["median"] / t["ours_compiled"]["median"], 3)
+        out["speedup_of_compile_hf"] = round(t["hf"]["median"] / t["hf_compiled"]["median"], 3)
     return out
 
 
@@ -92,13 +121,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--compile", action="store_true", help="also time both models with compiled blocks")
+    parser.add_argument("--only", choices=["mlm", "clm"], default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     roofline = measure_matmul_flops("cpu", torch.float32, size=1024, repeats=10)
-    results = [mlm(8, 128, args.repeats), clm(4, 256, args.repeats)]
+    runs = {"mlm": lambda: mlm(8, 128, args.repeats, args.compile), "clm": lambda: clm(4, 256, args.repeats, args.compile)}
+    results = [run() for name, run in runs.items() if args.only in (None, name)]
     roofline = max(roofline, measure_matmul_flops("cpu", torch.float32, size=1024, repeats=10))
     for r in results:
-        for k in ("ours", "hf"):
+        for k in [k[: -len("_tokens_per_s")] for k in list(r) if k.endswith("_tokens_per_s")]:
             r[f"{k}_executed_fraction_of_roofline"] = round(r[f"{k}_executed_flops_per_s"] / roofline, 3)
             r[f"{k}_mfu"] = round(r[f"{k}_model_flops_per_s"] / roofline, 3)
             r[f"{k}_executed_flops_per_s"] = f"{r[f'{k}_executed_flops_per_s'] / 1e9:.1f} GFLOP/s"

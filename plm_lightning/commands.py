@@ -1,7 +1,7 @@
 """The CLI's extra subcommands: ``inspect``, ``export``, ``import``, ``predict CHECKPOINT PROMPTS`` (generation, or
 neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's), ``sweep``,
-``arena``, ``prepare`` (C4 cleaning) and ``optimize`` (litdata streams); the knowledge tools' commands are
-re-exported from ``knowledge``."""
+and ``arena``; the data commands (``prepare``, ``optimize``) and the knowledge tools' are re-exported from
+``data.commands`` and ``knowledge``."""
 
 from __future__ import annotations
 
@@ -10,18 +10,14 @@ import json
 import sys
 from pathlib import Path
 
-from plm_lightning.errors import ConfigError
+from plm_lightning.data.commands import run_optimize, run_prepare  # noqa: F401 - dispatched by name
+from plm_lightning.errors import CommandParser, ConfigError
 from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like the rest of the CLI
-        raise ConfigError(f"{self.prog}: {message}")
-
-
 def run_export(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning export", description="Write a Hugging Face transformers directory.")
+    parser = CommandParser(prog="plm_lightning export", description="Write a Hugging Face transformers directory.")
     parser.add_argument("checkpoint", help="a plm_lightning checkpoint (.ckpt)")
     parser.add_argument("out_dir", help="directory to write config.json, model.safetensors and tokenizer files to")
     parser.add_argument("--part", choices=["discriminator", "generator"], default="discriminator",
@@ -45,7 +41,7 @@ def run_export(argv: list[str]) -> None:
 
 
 def run_import(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning import", description="Convert a transformers directory to a checkpoint.")
+    parser = CommandParser(prog="plm_lightning import", description="Convert a transformers directory to a checkpoint.")
     parser.add_argument("hf_dir", help="a local transformers model directory (config.json + weights)")
     parser.add_argument("out_ckpt", help="checkpoint file to write")
     parser.add_argument("--generator", default=None, help="ELECTRA: the ElectraForMaskedLM generator directory that "
@@ -59,7 +55,7 @@ def run_import(argv: list[str]) -> None:
 
 
 def run_inspect(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning inspect", description="Show what a recipe's data pipeline does to text.")
+    parser = CommandParser(prog="plm_lightning inspect", description="Show what a recipe's data pipeline does to text.")
     parser.add_argument("--config", action="append", help="recipe YAML (repeatable)")
     parser.add_argument("--batches", type=int, default=1, help="batches to measure")
     parser.add_argument("--json", action="store_true", help="print corruption statistics as one JSON object")
@@ -130,7 +126,7 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
 
 
 def run_predict(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning predict",
+    parser = CommandParser(prog="plm_lightning predict",
                      description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
     parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line")
@@ -194,7 +190,7 @@ def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa
 
 
 def run_sweep(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning sweep",
+    parser = CommandParser(prog="plm_lightning sweep",
                      description="Run a W&B sweep spec with no W&B server: suggestions and hyperband from W&B's "
                                  "open-source sweeps engine, each trial a subprocess; re-run to continue.")
     parser.add_argument("spec", help="a W&B sweep YAML (sweeps/*.yaml)")
@@ -226,7 +222,7 @@ def run_arena(argv: list[str]) -> None:
     from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, PROMPTS, Arena, ArenaConfig, write_report
     from plm_lightning.arena.runner import split_recipes
 
-    parser = _Parser(prog="plm_lightning arena",
+    parser = CommandParser(prog="plm_lightning arena",
                      description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
                                  "downstream tasks, and report which claims of the literature reproduce.")
     parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
@@ -268,84 +264,8 @@ def run_arena(argv: list[str]) -> None:
 
 
 
-def run_prepare(argv: list[str]) -> None:
-    from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig
-
-    parser = _Parser(prog="plm_lightning prepare",
-                     description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
-                                 "report of what each step removed.")
-    parser.add_argument("source", help="a data.source: .txt/.jsonl/.parquet files, a directory or glob of them, a "
-                                       "saved Hugging Face dataset, or 'embedded'")
-    parser.add_argument("out", help="the JSONL file to write, one {\"text\": page} per line (a data.source itself)")
-    parser.add_argument("--steps", default=None,
-                        help=f"comma-separated steps, run in order, of {', '.join(STEPS)}; default: all of them in "
-                             "that order (bad_words only with --bad-words)")
-    parser.add_argument("--bad-words", default=None, help="a UTF-8 file, one word or phrase per line")
-    parser.add_argument("--min-words", type=int, default=5, help="fewest words a line keeps")
-    parser.add_argument("--min-sentences", type=int, default=3, help="fewest sentences a page keeps")
-    parser.add_argument("--language", default="en", help="the language a page must be in (ISO 639-1)")
-    parser.add_argument("--language-threshold", type=float, default=0.99, help="its least langid probability")
-    parser.add_argument("--dedup-span", type=int, default=3, help="sentences per deduplicated span")
-    parser.add_argument("--text-field", default="text", help="the text column of .jsonl/.parquet/dataset sources")
-    parser.add_argument("--report", default=None, help="also write the report as JSON to this file")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.suffix != ".jsonl":
-        raise ConfigError(f"prepare: the output '{args.out}' must be a .jsonl file")
-    if args.steps is not None:
-        steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-    else:
-        steps = tuple(s for s in STEPS if s != "bad_words" or args.bad_words)
-    config = CleaningConfig(steps=steps, min_words=args.min_words, min_sentences=args.min_sentences,
-                            bad_words=args.bad_words, language=args.language,
-                            language_threshold=args.language_threshold, dedup_span=args.dedup_span)
-    from plm_lightning.data.sources import load_documents
-    from plm_lightning.files import atomic_write
-    from plm_lightning.progress import progress_bar
-
-    pages = load_documents(args.source, args.text_field)[0]
-    cleaner = Cleaner(config)
-    kept = list(cleaner.run(pages, progress_bar(len(pages), "cleaning pages")))
-    atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
-                                                 encoding="utf-8"))
-    report = cleaner.report
-    if args.report:
-        atomic_write(Path(args.report), lambda tmp: tmp.write_text(json.dumps(report.as_dict(), indent=1),
-                                                                   encoding="utf-8"))
-    print(report.table())
-    print(f"wrote {len(kept):,} pages to {out}")
-
-
-def run_optimize(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning optimize",
-                     description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
-                                 "tokenizer and how the blocks were packed) for `fit --data.streaming DIR`.")
-    parser.add_argument("--config", action="append", help="recipe YAML (repeatable); --data.* overrides follow")
-    parser.add_argument("out", help="the directory to write (upload it to an object store to stream from there)")
-    parser.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size (e.g. 64MB)")
-    parser.add_argument("--workers", type=int, default=1, help="litdata worker processes")
-    args, rest = parser.parse_known_args(argv)
-    if not args.config:
-        raise ConfigError("plm_lightning optimize: give --config RECIPE.yaml")
-    if args.workers < 1:
-        raise ConfigError(f"--workers={args.workers} must be >= 1")
-    from plm_lightning.data.streaming import write_streams
-    from plm_lightning.inspection import build_datamodule
-
-    datamodule, _ = build_datamodule(args.config, rest)
-    if datamodule.streaming is not None or "train" not in datamodule.blocks:
-        raise ConfigError("plm_lightning optimize: the recipe must read data.source (not data.streaming) and pack "
-                          "one kind of block")
-    meta = {"packing": datamodule.packing, "length": datamodule.packed_length(), "seed": datamodule.seed,
-            "source": datamodule.source or "embedded", "datamodule": type(datamodule).__name__}
-    counts = write_streams(datamodule.blocks, Path(args.out), meta, datamodule.tokenizer.file, args.chunk_bytes,
-                           args.workers)
-    print(f"wrote {counts.get('train', 0):,} training and {counts.get('val', 0):,} validation blocks of "
-          f"{meta['length']} tokens to {args.out}")
-
-
 def run_acceptability(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning acceptability",
+    parser = CommandParser(prog="plm_lightning acceptability",
                      description="Minimal-pair acceptability (BLiMP): does the model score the acceptable sentence of "
                                  "each pair higher (log-likelihood for causal LMs, pseudo-log-likelihood for masked "
                                  "LMs)? Accuracy per phenomenon.")
@@ -383,7 +303,7 @@ def run_acceptability(argv: list[str]) -> None:
 
 
 def run_prompt(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning prompt",
+    parser = CommandParser(prog="plm_lightning prompt",
                      description="Zero/few-shot prompting: multiple-choice and classification by candidate "
                                  "log-likelihood, generation scored by exact match and ROUGE-L.")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")

@@ -1,10 +1,19 @@
-"""The one exception type the CLI turns into a one-line message and exit code 2, and the line a failed subprocess
-of ours (a sweep trial, an arena run) is reported by."""
+"""The one exception type the CLI turns into a one-line message and exit code 2, the argument parser of our
+subcommands that raises it, and the line a failed subprocess of ours (a sweep trial, an arena run) is reported by."""
+
+import argparse
 
 
 class ConfigError(ValueError):
     """Bad user input: a config key, a data file, a tokenizer or a checkpoint. The message names it and says what
     would be valid."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse for the CLI's extra subcommands: a usage error is a one-line ``ConfigError`` (exit 2)."""
+
+    def error(self, message: str) -> None:
+        raise ConfigError(f"{self.prog}: {message}")
 
 
 def last_line(text: str) -> str:

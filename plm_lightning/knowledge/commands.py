@@ -8,12 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from plm_lightning.errors import ConfigError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like the rest of the CLI
-        raise ConfigError(f"{self.prog}: {message}")
+from plm_lightning.errors import CommandParser, ConfigError
 
 
 def _read_jsonl(path: str, what: str) -> list[dict]:
@@ -37,7 +32,7 @@ def _emit(payload: dict, out: str | None) -> None:
 
 
 def run_world(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning world",
+    parser = CommandParser(prog="plm_lightning world",
                      description="Write the synthetic knowledge world: corpus, facts, LAMA probes, CounterFact requests.")
     parser.add_argument("out_dir")
     parser.add_argument("--world", default="world", help="world spec: world or world:seed=3,subjects=200,...")
@@ -51,7 +46,7 @@ def run_world(argv: list[str]) -> None:
 
 
 def run_probe(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning probe",
+    parser = CommandParser(prog="plm_lightning probe",
                      description="LAMA-style probing at every layer of a causal or masked LM (ELECTRA: its generator), "
                                  "or at the answer slot of an encoder-decoder (T5 sentinel, BART mask) or XLNet.")
     parser.add_argument("checkpoint", help="a CausalLM / MaskedLM / ELECTRA / Seq2SeqLM / PermutationLM checkpoint of "
@@ -146,7 +141,7 @@ def _world_or_fail(spec: str | None, command: str):  # noqa: ANN202
     return world_from_spec(spec)
 
 def run_causal_trace(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning causal-trace",
+    parser = CommandParser(prog="plm_lightning causal-trace",
                      description="ROME's causal tracing: indirect effects of hidden states, MLP and attention outputs.")
     parser.add_argument("checkpoint", help="a CausalLM checkpoint of ours or a transformers directory")
     parser.add_argument("--prompt", default=None, help="a factual prompt, e.g. 'Solren Vexgor was born in'")

@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.commands import _emit, _layers, _Parser, _read_jsonl, _world_or_fail
+from plm_lightning.errors import CommandParser, ConfigError
+from plm_lightning.knowledge.commands import _emit, _layers, _read_jsonl, _world_or_fail
 
 
 def _auto_layers(lm, world, name: str) -> list[int]:  # noqa: ANN001
@@ -66,7 +66,7 @@ def _mend_editor(lm, args: argparse.Namespace, world, cases: list[dict], layers:
 
 
 def run_edit(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning edit",
+    parser = CommandParser(prog="plm_lightning edit",
                      description="Edit facts in a causal LM (ROME, MEMIT, constrained fine-tuning, knowledge "
                                  "neurons, MEND) and score the edit CounterFact-style.")
     parser.add_argument("checkpoint", help="a CausalLM checkpoint of ours or a transformers directory")
@@ -182,7 +182,7 @@ def _save_edited(source: str, lm, out: str) -> None:  # noqa: ANN001
 
 
 def run_neurons(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning neurons",
+    parser = CommandParser(prog="plm_lightning neurons",
                      description="Knowledge neurons: integrated-gradients attribution, refinement, suppress/amplify.")
     parser.add_argument("checkpoint", help="a CausalLM / MaskedLM checkpoint of ours or a transformers directory")
     parser.add_argument("--world", default="world", help="world spec whose facts to attribute")
@@ -231,7 +231,7 @@ def run_neurons(argv: list[str]) -> None:
 
 
 def run_trace_facts(argv: list[str]) -> None:
-    parser = _Parser(prog="plm_lightning trace-facts",
+    parser = CommandParser(prog="plm_lightning trace-facts",
                      description="Rank training documents for facts: TracIn, embedding similarity and BM25.")
     parser.add_argument("checkpoints", nargs="+", help="checkpoints of one run (TracIn sums over them; the last one "
                                                        "serves the embedding ranker)")

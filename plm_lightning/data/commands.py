@@ -1,0 +1,85 @@
+"""The CLI's data commands: ``prepare`` (a corpus through the C4 filters, as JSONL) and ``optimize`` (a recipe's packed
+blocks as litdata streams)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from plm_lightning.errors import CommandParser, ConfigError
+
+
+def run_prepare(argv: list[str]) -> None:
+    from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig
+
+    parser = CommandParser(prog="plm_lightning prepare",
+                     description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
+                                 "report of what each step removed.")
+    parser.add_argument("source", help="a data.source: .txt/.jsonl/.parquet files, a directory or glob of them, a "
+                                       "saved Hugging Face dataset, or 'embedded'")
+    parser.add_argument("out", help="the JSONL file to write, one {\"text\": page} per line (a data.source itself)")
+    parser.add_argument("--steps", default=None,
+                        help=f"comma-separated steps, run in order, of {', '.join(STEPS)}; default: all of them in "
+                             "that order (bad_words only with --bad-words)")
+    parser.add_argument("--bad-words", default=None, help="a UTF-8 file, one word or phrase per line")
+    parser.add_argument("--min-words", type=int, default=5, help="fewest words a line keeps")
+    parser.add_argument("--min-sentences", type=int, default=3, help="fewest sentences a page keeps")
+    parser.add_argument("--language", default="en", help="the language a page must be in (ISO 639-1)")
+    parser.add_argument("--language-threshold", type=float, default=0.99, help="its least langid probability")
+    parser.add_argument("--dedup-span", type=int, default=3, help="sentences per deduplicated span")
+    parser.add_argument("--text-field", default="text", help="the text column of .jsonl/.parquet/dataset sources")
+    parser.add_argument("--report", default=None, help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.suffix != ".jsonl":
+        raise ConfigError(f"prepare: the output '{args.out}' must be a .jsonl file")
+    if args.steps is not None:
+        steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    else:
+        steps = tuple(s for s in STEPS if s != "bad_words" or args.bad_words)
+    config = CleaningConfig(steps=steps, min_words=args.min_words, min_sentences=args.min_sentences,
+                            bad_words=args.bad_words, language=args.language,
+                            language_threshold=args.language_threshold, dedup_span=args.dedup_span)
+    from plm_lightning.data.sources import load_documents
+    from plm_lightning.files import atomic_write
+    from plm_lightning.progress import progress_bar
+
+    pages = load_documents(args.source, args.text_field)[0]
+    cleaner = Cleaner(config)
+    kept = list(cleaner.run(pages, progress_bar(len(pages), "cleaning pages")))
+    atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
+                                                 encoding="utf-8"))
+    report = cleaner.report
+    if args.report:
+        atomic_write(Path(args.report), lambda tmp: tmp.write_text(json.dumps(report.as_dict(), indent=1),
+                                                                   encoding="utf-8"))
+    print(report.table())
+    print(f"wrote {len(kept):,} pages to {out}")
+
+
+def run_optimize(argv: list[str]) -> None:
+    parser = CommandParser(prog="plm_lightning optimize",
+                     description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
+                                 "tokenizer and how the blocks were packed) for `fit --data.streaming DIR`.")
+    parser.add_argument("--config", action="append", help="recipe YAML (repeatable); --data.* overrides follow")
+    parser.add_argument("out", help="the directory to write (upload it to an object store to stream from there)")
+    parser.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size (e.g. 64MB)")
+    parser.add_argument("--workers", type=int, default=1, help="litdata worker processes")
+    args, rest = parser.parse_known_args(argv)
+    if not args.config:
+        raise ConfigError("plm_lightning optimize: give --config RECIPE.yaml")
+    if args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} must be >= 1")
+    from plm_lightning.data.streaming import write_streams
+    from plm_lightning.inspection import build_datamodule
+
+    datamodule, _ = build_datamodule(args.config, rest)
+    if datamodule.streaming is not None or "train" not in datamodule.blocks:
+        raise ConfigError("plm_lightning optimize: the recipe must read data.source (not data.streaming) and pack "
+                          "one kind of block")
+    meta = {"packing": datamodule.packing, "length": datamodule.packed_length(), "seed": datamodule.seed,
+            "source": datamodule.source or "embedded", "datamodule": type(datamodule).__name__}
+    counts = write_streams(datamodule.blocks, Path(args.out), meta, datamodule.tokenizer.file, args.chunk_bytes,
+                           args.workers)
+    print(f"wrote {counts.get('train', 0):,} training and {counts.get('val', 0):,} validation blocks of "
+          f"{meta['length']} tokens to {args.out}")
