@@ -6,7 +6,7 @@ random number per element; a training step of a 12-layer model at dropout 0.1 sp
 quarters are uniform on 2^16 values and its top quarter on 2^15, and each is compared with ``p`` scaled to its range,
 so an element is dropped with probability ``p`` rounded to a multiple of 2^-16 or 2^-15 (0.1 -> 0.100006).
 Kept values are scaled by ``1 / (1 - p)`` as in inverted dropout, and autograd saves the boolean mask (one byte an
-element, not four). Other devices, big-endian machines and ``p >= 1`` keep ``F.dropout``.
+element, not four). Other devices, big-endian machines, ``p >= 1`` and compiled graphs keep ``F.dropout``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ class _MaskedScale(torch.autograd.Function):
 
 
 def _cpu_mask(x: Tensor, p: float) -> bool:
-    """Whether :func:`keep_mask` draws the mask (CPU, little-endian, 0 < p < 1)."""
-    return x.device.type == "cpu" and 0.0 < p < 1.0 and _LITTLE_ENDIAN
+    """Whether :func:`keep_mask` draws the mask (CPU, little-endian, 0 < p < 1, eager). Under ``torch.compile`` the
+    int64-to-int16 view would break the graph at every dropout (and a block's graph, cut at each, recompiled per call
+    site past dynamo's limit, falls back to eager); ``F.dropout`` there is fused by inductor instead."""
+    return x.device.type == "cpu" and 0.0 < p < 1.0 and _LITTLE_ENDIAN and not torch.compiler.is_compiling()
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:

@@ -1,5 +1,6 @@
-"""Tensor parallelism's single-process pieces: what it refuses, the attention path it switches to, and the global
-gradient norm it clips by (the 2-process runs: tests/test_scale_and_resume.py)."""
+"""The scale layer's single-process pieces: what tensor parallelism refuses, the attention path it switches to, the
+global gradient norm clipping uses, and compiled blocks without graph breaks (the multi-process runs:
+tests/test_scale_and_resume.py)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def test_total_grad_norm_is_clip_grad_norms():
     for p, g in zip(params, grads):
         p.grad = g.clone()
     assert torch.allclose(total_grad_norm(grads), torch.nn.utils.clip_grad_norm_(params, 1e9))
+
+
+@pytest.mark.parametrize("preset", ["tiny", "t5-small", "tiny-modernbert"])
+def test_a_training_block_compiles_as_one_graph(preset):
+    """`--model.compile` compiles each block; a graph break (our CPU dropout's int64 -> int16 view once cut one at
+    every dropout) splits it into pieces that are recompiled per call site past dynamo's limit and then run eagerly."""
+    from plm_lightning.nn import TransformerBlock
+
+    cfg = get_preset(preset).replace(vocab_size=101)
+    torch.manual_seed(0)
+    block = TransformerBlock(cfg).train()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(block)(torch.randn(2, 8, cfg.hidden_size))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
