@@ -6,7 +6,7 @@ random number per element; a training step of a 12-layer model at dropout 0.1 sp
 quarters are uniform on 2^16 values and its top quarter on 2^15, and each is compared with ``p`` scaled to its range,
 so an element is dropped with probability ``p`` rounded to a multiple of 2^-16 or 2^-15 (0.1 -> 0.100006).
 Kept values are scaled by ``1 / (1 - p)`` as in inverted dropout, and autograd saves the boolean mask (one byte an
-element, not four). Other devices, big-endian machines, ``p >= 1`` and compiled graphs keep ``F.dropout``.
+element, not four). Other devices, big-endian machines and ``p >= 1`` keep ``F.dropout``.
 """
 
 from __future__ import annotations
@@ -23,13 +23,24 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu") -> Tensor:
     """A boolean tensor of ``shape``, each element True with probability ``1 - p`` (to within 2^-16),
-    independently, from the default generator: four elements per 63-bit draw (module docstring)."""
+    independently, from the default generator: four elements per 63-bit draw (module docstring). An opaque operator
+    to ``torch.compile`` (its int64 -> int16 view would break the graph)."""
+    return _keep_mask(list(shape), p, torch.device(device))
+
+
+@torch.library.custom_op("plm_lightning::keep_mask", mutates_args=())
+def _keep_mask(shape: list[int], p: float, device: torch.device) -> Tensor:
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     chunks = words.view(torch.int16).view(-1, 4)  # little-endian: chunk 3 holds the word's top 15 bits
     full, top = round(p * 65536), round(p * 32768)  # drop the lowest `full` of 2^16 values (`top` of 2^15)
     thresholds = torch.tensor([full - 32768] * 3 + [top], dtype=torch.int16, device=device)
     return chunks.ge(thresholds).view(-1)[:n].view(shape)
+
+
+@_keep_mask.register_fake
+def _(shape: list[int], p: float, device: torch.device) -> Tensor:
+    return torch.empty(shape, dtype=torch.bool, device=device)
 
 
 class _MaskedScale(torch.autograd.Function):
@@ -48,10 +59,8 @@ class _MaskedScale(torch.autograd.Function):
 
 
 def _cpu_mask(x: Tensor, p: float) -> bool:
-    """Whether :func:`keep_mask` draws the mask (CPU, little-endian, 0 < p < 1, eager). Under ``torch.compile`` the
-    int64-to-int16 view would break the graph at every dropout (and a block's graph, cut at each, recompiled per call
-    site past dynamo's limit, falls back to eager); ``F.dropout`` there is fused by inductor instead."""
-    return x.device.type == "cpu" and 0.0 < p < 1.0 and _LITTLE_ENDIAN and not torch.compiler.is_compiling()
+    """Whether :func:`keep_mask` draws the mask (CPU, little-endian, 0 < p < 1)."""
+    return x.device.type == "cpu" and 0.0 < p < 1.0 and _LITTLE_ENDIAN
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
