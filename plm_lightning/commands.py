@@ -127,7 +127,7 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
 
 def run_predict(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning predict",
-                     description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
+                           description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
     parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line")
     parser.add_argument("--strategy", default="greedy", help="greedy, sample or beam")
@@ -191,8 +191,8 @@ def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa
 
 def run_sweep(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning sweep",
-                     description="Run a W&B sweep spec with no W&B server: suggestions and hyperband from W&B's "
-                                 "open-source sweeps engine, each trial a subprocess; re-run to continue.")
+                           description="Run a W&B sweep spec with no W&B server: suggestions and hyperband from W&B's "
+                                       "open-source sweeps engine, each trial a subprocess; re-run to continue.")
     parser.add_argument("spec", help="a W&B sweep YAML (sweeps/*.yaml)")
     parser.add_argument("--count", type=int, required=True, help="trials in the whole sweep (earlier ones count)")
     parser.add_argument("--parallel", type=int, default=1, help="trials at a time")
@@ -223,8 +223,8 @@ def run_arena(argv: list[str]) -> None:
     from plm_lightning.arena.runner import split_recipes
 
     parser = CommandParser(prog="plm_lightning arena",
-                     description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
-                                 "downstream tasks, and report which claims of the literature reproduce.")
+                           description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
+                                       "downstream tasks, and report which claims of the literature reproduce.")
     parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                         help="comma-separated recipe names; a variant: NAME[key=value;...], e.g. "
                              "continuum[data.bidirectional_fraction=0.25]")
@@ -266,9 +266,9 @@ def run_arena(argv: list[str]) -> None:
 
 def run_acceptability(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning acceptability",
-                     description="Minimal-pair acceptability (BLiMP): does the model score the acceptable sentence of "
-                                 "each pair higher (log-likelihood for causal LMs, pseudo-log-likelihood for masked "
-                                 "LMs)? Accuracy per phenomenon.")
+                           description="Minimal-pair acceptability (BLiMP): does the model score the acceptable sentence of "
+                                       "each pair higher (log-likelihood for causal LMs, pseudo-log-likelihood for masked "
+                                       "LMs)? Accuracy per phenomenon.")
     parser.add_argument("checkpoint", help="a CausalLM / MaskedLM checkpoint of ours or a transformers directory")
     parser.add_argument("--pairs", action="append", default=None,
                         help="a BLiMP-format JSONL file (sentence_good, sentence_bad; repeatable); default: the "
@@ -304,8 +304,8 @@ def run_acceptability(argv: list[str]) -> None:
 
 def run_prompt(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning prompt",
-                     description="Zero/few-shot prompting: multiple-choice and classification by candidate "
-                                 "log-likelihood, generation scored by exact match and ROUGE-L.")
+                           description="Zero/few-shot prompting: multiple-choice and classification by candidate "
+                                       "log-likelihood, generation scored by exact match and ROUGE-L.")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
     parser.add_argument("--task", required=True, help="offline:code_or_prose|continuation|next_sentence|cloze_spans, "
                                                       "choices:FILE.jsonl or generation:FILE.jsonl")

@@ -13,8 +13,8 @@ def run_prepare(argv: list[str]) -> None:
     from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig
 
     parser = CommandParser(prog="plm_lightning prepare",
-                     description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
-                                 "report of what each step removed.")
+                           description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
+                                       "report of what each step removed.")
     parser.add_argument("source", help="a data.source: .txt/.jsonl/.parquet files, a directory or glob of them, a "
                                        "saved Hugging Face dataset, or 'embedded'")
     parser.add_argument("out", help="the JSONL file to write, one {\"text\": page} per line (a data.source itself)")
@@ -59,8 +59,8 @@ def run_prepare(argv: list[str]) -> None:
 
 def run_optimize(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning optimize",
-                     description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
-                                 "tokenizer and how the blocks were packed) for `fit --data.streaming DIR`.")
+                           description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
+                                       "tokenizer and how the blocks were packed) for `fit --data.streaming DIR`.")
     parser.add_argument("--config", action="append", help="recipe YAML (repeatable); --data.* overrides follow")
     parser.add_argument("out", help="the directory to write (upload it to an object store to stream from there)")
     parser.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size (e.g. 64MB)")

@@ -33,7 +33,7 @@ def _emit(payload: dict, out: str | None) -> None:
 
 def run_world(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning world",
-                     description="Write the synthetic knowledge world: corpus, facts, LAMA probes, CounterFact requests.")
+                           description="Write the synthetic knowledge world: corpus, facts, LAMA probes, CounterFact requests.")
     parser.add_argument("out_dir")
     parser.add_argument("--world", default="world", help="world spec: world or world:seed=3,subjects=200,...")
     args = parser.parse_args(argv)
@@ -47,8 +47,8 @@ def run_world(argv: list[str]) -> None:
 
 def run_probe(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning probe",
-                     description="LAMA-style probing at every layer of a causal or masked LM (ELECTRA: its generator), "
-                                 "or at the answer slot of an encoder-decoder (T5 sentinel, BART mask) or XLNet.")
+                           description="LAMA-style probing at every layer of a causal or masked LM (ELECTRA: its generator), "
+                                       "or at the answer slot of an encoder-decoder (T5 sentinel, BART mask) or XLNet.")
     parser.add_argument("checkpoint", help="a CausalLM / MaskedLM / ELECTRA / Seq2SeqLM / PermutationLM checkpoint of "
                                            "ours or a transformers directory")
     source = parser.add_mutually_exclusive_group()
@@ -142,7 +142,7 @@ def _world_or_fail(spec: str | None, command: str):  # noqa: ANN202
 
 def run_causal_trace(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning causal-trace",
-                     description="ROME's causal tracing: indirect effects of hidden states, MLP and attention outputs.")
+                           description="ROME's causal tracing: indirect effects of hidden states, MLP and attention outputs.")
     parser.add_argument("checkpoint", help="a CausalLM checkpoint of ours or a transformers directory")
     parser.add_argument("--prompt", default=None, help="a factual prompt, e.g. 'Solren Vexgor was born in'")
     parser.add_argument("--subject", default=None, help="the subject inside --prompt")

@@ -67,8 +67,8 @@ def _mend_editor(lm, args: argparse.Namespace, world, cases: list[dict], layers:
 
 def run_edit(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning edit",
-                     description="Edit facts in a causal LM (ROME, MEMIT, constrained fine-tuning, knowledge "
-                                 "neurons, MEND) and score the edit CounterFact-style.")
+                           description="Edit facts in a causal LM (ROME, MEMIT, constrained fine-tuning, knowledge "
+                                       "neurons, MEND) and score the edit CounterFact-style.")
     parser.add_argument("checkpoint", help="a CausalLM checkpoint of ours or a transformers directory")
     parser.add_argument("--editor", default="rome", choices=["rome", "memit", "ft", "kn", "mend"],
                         help="ROME, MEMIT, constrained fine-tuning, knowledge-neuron editing or MEND")
@@ -183,7 +183,7 @@ def _save_edited(source: str, lm, out: str) -> None:  # noqa: ANN001
 
 def run_neurons(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning neurons",
-                     description="Knowledge neurons: integrated-gradients attribution, refinement, suppress/amplify.")
+                           description="Knowledge neurons: integrated-gradients attribution, refinement, suppress/amplify.")
     parser.add_argument("checkpoint", help="a CausalLM / MaskedLM checkpoint of ours or a transformers directory")
     parser.add_argument("--world", default="world", help="world spec whose facts to attribute")
     parser.add_argument("--facts", type=int, default=20, help="facts to analyse (the first N stated under their name)")
@@ -232,7 +232,7 @@ def run_neurons(argv: list[str]) -> None:
 
 def run_trace_facts(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning trace-facts",
-                     description="Rank training documents for facts: TracIn, embedding similarity and BM25.")
+                           description="Rank training documents for facts: TracIn, embedding similarity and BM25.")
     parser.add_argument("checkpoints", nargs="+", help="checkpoints of one run (TracIn sums over them; the last one "
                                                        "serves the embedding ranker)")
     parser.add_argument("--world", default="world", help="world spec: the corpus the checkpoints were trained on")
