@@ -53,20 +53,25 @@ def test_tensor_parallel_matches_single_process(recipe, tmp_path):
     their own layout (the fused q/k/v rows gathered back in order). BART adds cross-attention's fused k/v. No dropout
     of any kind: the split feed-forward would draw other masks."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
-    runs = {"single": [], "tp": ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]}
+    tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
+    runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"]}
     for name, extra in runs.items():
         (tmp_path / name).mkdir()
-        res = run_cli(["fit", "--config", config, *extra, *SMALL, "--data.batch_size", "16", "--model.backbone_overrides",
+        res = run_cli(["fit", "--config", config, *SMALL, *extra, "--model.backbone_overrides",
                        "{dropout: 0.0, attention_dropout: 0.0, ffn_dropout: 0.0}"], cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
-    single, split = _train_losses(tmp_path / "single" / "runs"), _train_losses(tmp_path / "tp" / "runs")
-    assert len(single) == len(split) == 8
-    assert max(abs(a - b) for a, b in zip(single, split)) < 1e-4, (single, split)
-    (a,), (b,) = list((tmp_path / "single").rglob("last.ckpt")), list((tmp_path / "tp").rglob("last.ckpt"))
-    a, b = _state(a), _state(b)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key].shape == b[key].shape and torch.allclose(a[key], b[key], atol=1e-4), key
+    single = _train_losses(tmp_path / "single" / "runs")
+    (reference,) = list((tmp_path / "single").rglob("last.ckpt"))
+    reference = _state(reference)
+    for name in list(runs)[1:]:
+        split = _train_losses(tmp_path / name / "runs")
+        assert len(single) == len(split) == 8
+        assert max(abs(a - b) for a, b in zip(single, split)) < 1e-4, (name, single, split)
+        (b,) = list((tmp_path / name).rglob("last.ckpt"))
+        b = _state(b)
+        assert reference.keys() == b.keys()
+        for key in reference:
+            assert reference[key].shape == b[key].shape and torch.allclose(reference[key], b[key], atol=1e-4), (name, key)
 
 
 def _state(path):

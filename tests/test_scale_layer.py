@@ -24,6 +24,12 @@ def test_tensor_parallel_refuses_what_it_cannot_split(preset, overrides, message
     check_tensor_parallel(get_preset("tiny-gpt"), 2)  # 2 heads, 256 units: splits
 
 
+def test_tensor_parallel_refuses_fsdp2_over_its_shards():
+    """dp 2 x tp 2 trains the single process's losses but gathers q/k/v into wrong checkpoints: refused."""
+    with pytest.raises(ConfigError, match="data_parallel_size=2: FSDP2 over tensor-parallel q/k/v shards"):
+        check_tensor_parallel(get_preset("tiny-gpt"), 2, data_parallel_size=2)
+
+
 def test_sparse_queries_without_slicing_the_fused_weight_equal_the_sliced_path():
     """Once tensor parallelism has split q/k/v, the sparse last layer projects every query and keeps its rows."""
     torch.manual_seed(0)

@@ -226,7 +226,7 @@ class PretrainingModule(L.LightningModule):
         tensor_parallel = mesh["tensor_parallel"] if mesh is not None and "tensor_parallel" in (
             mesh.mesh_dim_names or ()) and mesh["tensor_parallel"].size() > 1 else None
         if tensor_parallel is not None:
-            scale.check_tensor_parallel(self.config, tensor_parallel.size())
+            scale.check_tensor_parallel(self.config, tensor_parallel.size(), mesh["data_parallel"].size())
             scale.apply_tensor_parallel(self, tensor_parallel)
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:

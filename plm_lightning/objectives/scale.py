@@ -46,9 +46,17 @@ def _fused_colwise(parts: int):  # noqa: ANN202 - a ParallelStyle, imported lazi
     return FusedColwiseParallel()
 
 
-def check_tensor_parallel(cfg, size: int) -> None:  # noqa: ANN001 - a BackboneConfig
-    """The shapes and attention kinds Megatron-style tensor parallelism splits here."""
+def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1) -> None:  # noqa: ANN001 - a BackboneConfig
+    """The shapes, attention kinds and meshes Megatron-style tensor parallelism serves here."""
     from plm_lightning.errors import ConfigError
+
+    if data_parallel_size > 1:
+        # FSDP2 shards each tensor-parallel shard again over data_parallel; over the strided q/k/v shards it trains
+        # correctly but gathers them into a wrong full state dict (measured: 0.1 off in every q/k/v weight), so the
+        # checkpoint would be corrupt
+        raise ConfigError(f"tensor_parallel_size={size} with data_parallel_size={data_parallel_size}: FSDP2 over "
+                          "tensor-parallel q/k/v shards writes wrong checkpoints; use data_parallel_size: 1 with tensor "
+                          "parallelism, or FSDP2 alone (configs/strategy/fsdp.yaml)")
 
     if cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
         raise ConfigError(f"tensor_parallel_size={size}: position_embedding={cfg.position_embedding!r} adds a per-head "
