@@ -115,15 +115,7 @@ class TextDataModule(L.LightningDataModule):
         if word_segmenter not in ("tokenizer", "jieba"):
             raise ConfigError(f"data.word_segmenter={word_segmenter!r} is not one of tokenizer, jieba")
         self.word_segmenter = word_segmenter
-        if streaming is not None:
-            check_streaming(streaming, streaming_weights)
-            own = type(self)
-            if any(getattr(own, hook) is not getattr(TextDataModule, hook)
-                   for hook in ("_load_blocks", "_loader", "train_dataloader")):
-                raise ConfigError(f"data.streaming: {own.__name__} builds its own data (several streams or extra "
-                                  "inputs); streaming serves the recipes that read one kind of packed block")
-        elif streaming_weights is not None:
-            raise ConfigError("data.streaming_weights needs data.streaming")
+        check_streaming(streaming, streaming_weights, type(self), TextDataModule)
         self.streaming, self.streaming_weights = streaming, streaming_weights
         self.save_hyperparameters()
         self.source, self.text_field, self.split_name = source, text_field, split
@@ -163,9 +155,8 @@ class TextDataModule(L.LightningDataModule):
 
     def _load_blocks(self) -> None:
         if self.streaming is not None:
-            for uri in self.streaming:
+            for uri in self.streaming:  # nothing to build: the streams' packing must be the recipe's
                 check_stream_meta(uri, read_meta(uri), self.packing, self.packed_length())
-            self.blocks = {"streamed": None}
             return
         self.blocks = build_or_load(
             lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,

@@ -14,9 +14,11 @@ for local blocks), so every collator works on it unchanged.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +68,30 @@ def write_streams(blocks: dict[str, PackedBlocks], output_dir: Path, meta: dict[
             split_blocks.save(Path(tmp), split)  # the workers memory-map these files
             spans = [(i, min(i + blocks_per_item, len(split_blocks))) for i in range(0, len(split_blocks),
                                                                                        blocks_per_item)]
-            optimize(fn=BlockItems(tmp, split), inputs=spans, output_dir=str(output_dir / split),
-                     chunk_bytes=chunk_bytes, num_workers=min(num_workers, len(spans)), mode="overwrite")
+            with _private_litdata_cache(Path(tmp) / f"litdata-{split}"):
+                optimize(fn=BlockItems(tmp, split), inputs=spans, output_dir=str(output_dir / split),
+                         chunk_bytes=chunk_bytes, num_workers=min(num_workers, len(spans)), mode="overwrite")
     if tokenizer_file is not None:
         shutil.copyfile(tokenizer_file, output_dir / TOKENIZER_FILE)
     (output_dir / META_FILE).write_text(json.dumps({**meta, "blocks": counts}, indent=2))
     return counts
+
+
+@contextmanager
+def _private_litdata_cache(directory: Path) -> Iterator[None]:
+    """litdata.optimize stages chunks in one cache folder per machine (``~/.lightning/chunks``): two optimize runs at
+    once overwrite each other's chunks and index. Give this run a folder of its own (inherited by its workers)."""
+    keys = {"DATA_OPTIMIZER_CACHE_FOLDER": directory / "chunks", "DATA_OPTIMIZER_DATA_CACHE_FOLDER": directory / "data"}
+    before = {key: os.environ.get(key) for key in keys}
+    os.environ.update({key: str(path) for key, path in keys.items()})
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def read_meta(uri: str) -> dict[str, Any] | None:
@@ -158,9 +178,19 @@ def streaming_dataset(uris: Sequence[str], split: str, shuffle: bool, seed: int,
                                     iterate_over_all=not shuffle)
 
 
-def check_streaming(uris: Sequence[str], weights: Sequence[float] | None) -> None:
+def check_streaming(uris: Sequence[str] | None, weights: Sequence[float] | None, owner: type, base: type) -> None:
+    """``data.streaming`` / ``data.streaming_weights`` of data module class ``owner``: streaming replaces ``base``'s
+    one kind of packed block, so a subclass that builds its own data (overrides its block loading or loaders) is
+    refused."""
+    if uris is None:
+        if weights is not None:
+            raise ConfigError("data.streaming_weights needs data.streaming")
+        return
     if not uris:
         raise ConfigError("data.streaming is an empty list; give litdata directories or URIs (or null)")
+    if any(getattr(owner, hook) is not getattr(base, hook) for hook in ("_load_blocks", "_loader", "train_dataloader")):
+        raise ConfigError(f"data.streaming: {owner.__name__} builds its own data (several streams or extra inputs); "
+                          "streaming serves the recipes that read one kind of packed block")
     if weights is None:
         return
     if len(weights) != len(uris):
