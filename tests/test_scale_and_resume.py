@@ -13,6 +13,7 @@ from tests.conftest import ROOT, run_cli
 from tests.test_cli import _train_losses
 
 NO_DROPOUT = ["--model.backbone_overrides", "{dropout: 0.0, attention_dropout: 0.0}"]
+DP2_TP2 = ["--trainer.strategy.init_args.data_parallel_size", "2", "--trainer.devices", "4"]
 SMALL = ["--data.seq_len", "64", "--trainer.limit_val_batches", "0", "--trainer.log_every_n_steps", "1",
          "--trainer.max_steps", "8", *NO_DROPOUT]
 
@@ -49,29 +50,32 @@ def test_ddp_and_fsdp2_match_single_process(recipe, tolerance, tmp_path):
 @pytest.mark.parametrize("recipe", ["gpt2", "bert", "bart"])
 def test_tensor_parallel_matches_single_process(recipe, tmp_path):
     """Megatron-style tensor parallelism over 2 processes (each holds half the heads and feed-forward units of every
-    block; both read the same batch of 16): the single process's losses, and a checkpoint holding its weights in
-    their own layout (the fused q/k/v rows gathered back in order). BART adds cross-attention's fused k/v. No dropout
-    of any kind: the split feed-forward would draw other masks."""
+    block; both read the same batch of 16) equals one process; on a 2 x 2 mesh of 4 (FSDP2 shards each
+    tensor-parallel shard over 2 data-parallel ranks, each pair reading 8 of the 16) it equals FSDP2 alone over 2
+    (BERT's and BART's per-rank loss means differ from the global mean by a little, so the data-parallel runs are
+    compared with each other). Equal in losses, and in checkpoints holding the weights in their own layout (the fused
+    q/k/v rows gathered back in order). BART adds cross-attention's fused k/v. No dropout of any kind: the split
+    feed-forward would draw other masks."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
-    runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"]}
+    runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"],
+            "fsdp": ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml"), "--data.batch_size", "8"],
+            "dp2-tp2": [*tp, *DP2_TP2, "--data.batch_size", "8"]}
     for name, extra in runs.items():
         (tmp_path / name).mkdir()
         res = run_cli(["fit", "--config", config, *SMALL, *extra, "--model.backbone_overrides",
                        "{dropout: 0.0, attention_dropout: 0.0, ffn_dropout: 0.0}"], cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
-    single = _train_losses(tmp_path / "single" / "runs")
-    (reference,) = list((tmp_path / "single").rglob("last.ckpt"))
-    reference = _state(reference)
-    for name in list(runs)[1:]:
-        split = _train_losses(tmp_path / name / "runs")
-        assert len(single) == len(split) == 8
-        assert max(abs(a - b) for a, b in zip(single, split)) < 1e-4, (name, single, split)
+    for reference, name in (("single", "tp"), ("fsdp", "dp2-tp2")):
+        expected, split = _train_losses(tmp_path / reference / "runs"), _train_losses(tmp_path / name / "runs")
+        assert len(expected) == len(split) == 8
+        assert max(abs(a - b) for a, b in zip(expected, split)) < 1e-4, (name, expected, split)
+        (a,) = list((tmp_path / reference).rglob("last.ckpt"))
         (b,) = list((tmp_path / name).rglob("last.ckpt"))
-        b = _state(b)
-        assert reference.keys() == b.keys()
-        for key in reference:
-            assert reference[key].shape == b[key].shape and torch.allclose(reference[key], b[key], atol=1e-4), (name, key)
+        a, b = _state(a), _state(b)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].shape == b[key].shape and torch.allclose(a[key], b[key], atol=1e-4), (name, key)
 
 
 def _state(path):
@@ -180,18 +184,23 @@ def test_mixed_precision_clips_gradients_with_the_fused_optimizer(precision):
 @pytest.mark.slow
 def test_checkpoints_resume_across_world_sizes_and_layouts(tmp_path):
     """4 steps, a checkpoint, then `--ckpt_path` to step 8 under another layout: FSDP2 over 2 processes (global batch
-    2 x 8) resumed in one process (batch 16), one process resumed under FSDP2, and tensor parallelism over 2
-    processes (both read the batch of 16) resumed in one. Each equals the same 4 + 4 steps in one process, and every
-    checkpoint names the recipe's class (not FSDP2's `FSDPCausalLM` wrapper). (The first leg's max_steps sets its
-    learning-rate schedule, hence a two-leg reference.)"""
+    2 x 8) resumed in one process (batch 16), one process resumed under FSDP2, tensor parallelism over 2 processes
+    (both read the batch of 16) resumed in one, one process resumed under tensor parallelism, and on a 2 x 2 (data x
+    tensor) mesh of 4. Each equals the same 4 + 4 steps in one process, in its losses and in its final weights and
+    Adam moments (measured: at most 6e-6 apart; the q/k/v moments loaded by Lightning's own loader alone are 1e-3
+    off, see `scale.reslice_strided_shards`), and every checkpoint names the recipe's class (not FSDP2's
+    `FSDPCausalLM` wrapper). (The first leg's max_steps sets its learning-rate schedule, hence a two-leg
+    reference.)"""
     config = str(ROOT / "configs" / "gpt2.yaml")
     layouts = {
         "single": ["--data.batch_size", "16"],
         "fsdp": ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml"), "--data.batch_size", "8"],
         "tp": ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml"), "--data.batch_size", "16"],
+        "dp2-tp2": ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml"), *DP2_TP2, "--data.batch_size", "8"],
     }
-    losses = {}
-    for first, second in (("single", "single"), ("fsdp", "single"), ("single", "fsdp"), ("tp", "single")):
+    losses, finals = {}, {}
+    for first, second in (("single", "single"), ("fsdp", "single"), ("single", "fsdp"), ("tp", "single"),
+                          ("single", "tp"), ("single", "dp2-tp2")):
         name = f"{first}-{second}"
         (tmp_path / name).mkdir()
         res = run_cli(["fit", "--config", config, *layouts[first], *SMALL, "--trainer.max_steps", "4"],
@@ -205,8 +214,16 @@ def test_checkpoints_resume_across_world_sizes_and_layouts(tmp_path):
         runs = tmp_path / name / "runs" / "gpt2"
         losses[name] = _train_losses(runs / "version_0") + _train_losses(runs / "version_1")
         assert len(losses[name]) == 8, name
+        (final,) = (runs / "version_1").rglob("last.ckpt")
+        finals[name] = torch.load(final, weights_only=True)
     for name, trajectory in losses.items():
         assert max(abs(a - b) for a, b in zip(losses["single-single"], trajectory)) < 2e-3, (name, losses)
+    reference = finals["single-single"]
+    for name, final in finals.items():
+        weights = max((final["state_dict"][k] - v).abs().max().item() for k, v in reference["state_dict"].items())
+        moments = max((final["optimizer_states"][0]["state"][n][m] - s[m]).abs().max().item()
+                      for n, s in reference["optimizer_states"][0]["state"].items() for m in ("exp_avg", "exp_avg_sq"))
+        assert weights < 1e-4 and moments < 1e-4, (name, weights, moments)
 
 
 def test_optimizer_state_numbered_by_module_order_loads_back_unchanged():

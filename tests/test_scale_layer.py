@@ -24,10 +24,14 @@ def test_tensor_parallel_refuses_what_it_cannot_split(preset, overrides, message
     check_tensor_parallel(get_preset("tiny-gpt"), 2)  # 2 heads, 256 units: splits
 
 
-def test_tensor_parallel_refuses_fsdp2_over_its_shards():
-    """dp 2 x tp 2 trains the single process's losses but gathers q/k/v into wrong checkpoints: refused."""
-    with pytest.raises(ConfigError, match="data_parallel_size=2: FSDP2 over tensor-parallel q/k/v shards"):
-        check_tensor_parallel(get_preset("tiny-gpt"), 2, data_parallel_size=2)
+def test_tensor_parallel_refuses_meshes_and_formats_it_cannot_checkpoint():
+    """FSDP2 shards the fused q/k/v weights along their columns under tensor parallelism: data_parallel_size must
+    divide hidden_size; torch.distributed.checkpoint cannot save strided shards."""
+    check_tensor_parallel(get_preset("tiny-gpt"), 2, data_parallel_size=2)
+    with pytest.raises(ConfigError, match="data_parallel_size must divide the backbone's hidden_size=66"):
+        check_tensor_parallel(get_preset("tiny-gpt").replace(hidden_size=66), 2, data_parallel_size=4)
+    with pytest.raises(ConfigError, match="save_distributed_checkpoint: false"):
+        check_tensor_parallel(get_preset("tiny-gpt"), 2, distributed_checkpoint=True)
 
 
 def test_sparse_queries_without_slicing_the_fused_weight_equal_the_sliced_path():

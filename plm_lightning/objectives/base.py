@@ -226,7 +226,8 @@ class PretrainingModule(L.LightningModule):
         tensor_parallel = mesh["tensor_parallel"] if mesh is not None and "tensor_parallel" in (
             mesh.mesh_dim_names or ()) and mesh["tensor_parallel"].size() > 1 else None
         if tensor_parallel is not None:
-            scale.check_tensor_parallel(self.config, tensor_parallel.size(), mesh["data_parallel"].size())
+            scale.check_tensor_parallel(self.config, tensor_parallel.size(), mesh["data_parallel"].size(),
+                                        getattr(self.trainer.strategy, "_save_distributed_checkpoint", False))
             scale.apply_tensor_parallel(self, tensor_parallel)
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:
@@ -405,6 +406,9 @@ class PretrainingModule(L.LightningModule):
         if meta["backbone"] != self.config.to_dict():
             diff = sorted(k for k, v in meta["backbone"].items() if self.config.to_dict().get(k) != v)
             raise ConfigError(f"ckpt_path: the checkpoint's backbone differs from model.backbone in {diff}")
+        trainer = self._trainer
+        if trainer is not None and trainer.ckpt_path and scale.numbers_by_module_order(trainer):
+            scale.reslice_strided_shards(self, trainer.optimizers, checkpoint, trainer.ckpt_path)
         self.tokens_seen = meta.get("tokens_seen", 0)
         self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
         rng = meta.get("rng", {})

@@ -28,15 +28,19 @@ def apply_compile(stack: nn.Module) -> None:
 def _fused_colwise(parts: int):  # noqa: ANN202 - a ParallelStyle, imported lazily
     """Column parallelism for a fused projection of ``parts`` equal outputs (q|k|v, k|v): each rank holds the same
     slice of every part (``_StridedShard``), so its local output is ``[q_r | k_r | v_r]``, the projections of its own
-    heads, and is used as such (a plain ``ColwiseParallel`` would give rank 0 all of q and half of k)."""
-    from torch.distributed.tensor import distribute_tensor
+    heads, and is used as such (a plain ``ColwiseParallel`` would give rank 0 all of q and half of k).
+
+    The fused bias stays whole on every rank (``Replicate``; DTensor's linear slices it to the rank's columns and
+    gathers its gradient): a 1-D strided shard could only be sharded again by FSDP2 along the same dimension, a
+    nesting DTensor gathers into wrong full tensors (see ``fsdp_placement``)."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
     from torch.distributed.tensor.parallel import ColwiseParallel
     from torch.distributed.tensor.placement_types import _StridedShard
 
     class FusedColwiseParallel(ColwiseParallel):
         def _partition_linear_fn(self, name, module, device_mesh):  # noqa: ANN001, ANN202
             for param_name, param in module.named_parameters():
-                placement = [_StridedShard(0, split_factor=parts)]
+                placement = [_StridedShard(0, split_factor=parts) if param.ndim == 2 else Replicate()]
                 module.register_parameter(param_name, nn.Parameter(distribute_tensor(param, device_mesh, placement)))
 
         @staticmethod
@@ -46,18 +50,35 @@ def _fused_colwise(parts: int):  # noqa: ANN202 - a ParallelStyle, imported lazi
     return FusedColwiseParallel()
 
 
-def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1) -> None:  # noqa: ANN001 - a BackboneConfig
-    """The shapes, attention kinds and meshes Megatron-style tensor parallelism serves here."""
+def fsdp_placement(param: nn.Parameter):  # noqa: ANN201 - a Shard or None, imported lazily
+    """FSDP2's shard placement for one parameter (``fully_shard``'s ``shard_placement_fn``): a fused q/k/v or k/v
+    weight, strided over the tensor-parallel ranks along its rows, is sharded over the data-parallel ranks along its
+    columns (``Shard(1)``). Sharded along its rows again, its placement would be a strided shard nested in a strided
+    shard, which trains right but gathers into wrong full checkpoints (measured: 0.1 off in every q/k/v weight). Every
+    other parameter takes FSDP2's default, rows (None)."""
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    if isinstance(param, DTensor) and any(isinstance(p, _StridedShard) for p in param.placements):
+        return Shard(1)
+    return None
+
+
+def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1,  # noqa: ANN001 - a BackboneConfig
+                          distributed_checkpoint: bool = False) -> None:
+    """The shapes, attention kinds, meshes and checkpoint formats Megatron-style tensor parallelism serves here."""
     from plm_lightning.errors import ConfigError
 
-    if data_parallel_size > 1:
-        # FSDP2 shards each tensor-parallel shard again over data_parallel; over the strided q/k/v shards it trains
-        # correctly but gathers them into a wrong full state dict (measured: 0.1 off in every q/k/v weight), so the
-        # checkpoint would be corrupt
-        raise ConfigError(f"tensor_parallel_size={size} with data_parallel_size={data_parallel_size}: FSDP2 over "
-                          "tensor-parallel q/k/v shards writes wrong checkpoints; use data_parallel_size: 1 with tensor "
-                          "parallelism, or FSDP2 alone (configs/strategy/fsdp.yaml)")
-
+    if data_parallel_size > 1 and cfg.hidden_size % data_parallel_size:
+        # FSDP2 shards the fused q/k/v weights along their columns (fsdp_placement), and only evenly off dim 0
+        raise ConfigError(f"tensor_parallel_size={size} with data_parallel_size={data_parallel_size}: "
+                          f"data_parallel_size must divide the backbone's hidden_size={cfg.hidden_size}")
+    if distributed_checkpoint:
+        # torch.distributed.checkpoint plans one box per rank and tensor; a strided q/k/v shard is not one box
+        # (measured: "Failed to validate global plan: ... qkv_proj.weight has overlapping chunks" at the first save)
+        raise ConfigError(f"tensor_parallel_size={size}: save_distributed_checkpoint: true cannot save the strided "
+                          "q/k/v shards; set trainer.strategy.init_args.save_distributed_checkpoint: false (one full "
+                          "checkpoint, as configs/strategy/tp.yaml does)")
     if cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
         raise ConfigError(f"tensor_parallel_size={size}: position_embedding={cfg.position_embedding!r} adds a per-head "
                           "relative term that is not split over ranks; use data parallelism / FSDP2 for this recipe")
@@ -120,8 +141,8 @@ def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
         if getattr(getattr(stack, "cfg", None), "layer_sharing", "none") in ("attention", "ffn"):
             continue
         for block in stack.layers:
-            fully_shard(block, mesh=dp_mesh)
-    fully_shard(module, mesh=dp_mesh)
+            fully_shard(block, mesh=dp_mesh, shard_placement_fn=fsdp_placement)
+    fully_shard(module, mesh=dp_mesh, shard_placement_fn=fsdp_placement)
 
 
 def numbers_by_module_order(trainer) -> bool:  # noqa: ANN001
@@ -144,6 +165,47 @@ def number_by_module_order(state: dict, optimizer: torch.optim.Optimizer, module
     renumber = {old: place[id(p)] for old, p in zip(saved, current)}
     return {**state, "state": {renumber[k]: v for k, v in state["state"].items()},
             "param_groups": [{**g, "params": [renumber[n] for n in g["params"]]} for g in state["param_groups"]]}
+
+
+def reslice_strided_shards(module: nn.Module, optimizers: list, checkpoint: dict, path: str) -> None:
+    """Load again, correctly, the parameters and optimizer states a full checkpoint gave to strided shards.
+
+    ``ModelParallelStrategy`` loads a full checkpoint through torch's ``broadcast_from_rank0`` path, which cuts each
+    rank's block out of the full tensor as one contiguous box. A strided shard (the fused q/k/v rows, see
+    ``_fused_colwise``; FSDP2's data-parallel shard of a tensor-parallel one) is not one box: measured, a q/k/v weight
+    loaded that way takes other rows than the ones it was saved from, and a resumed run drifts (0.05 in the loss
+    after 4 steps). Each such tensor is read again from the checkpoint (memory-mapped) and sliced by DTensor itself
+    (a replicated DTensor redistributed to the parameter's placements: no communication)."""
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    names = [_checkpoint_name(name) for name, _ in module.named_parameters()]
+    strided = {name: p for name, p in zip(names, module.parameters())
+               if isinstance(p, DTensor) and any(isinstance(x, _StridedShard) for x in p.placements)}
+    if not strided:
+        return
+
+    def local_block(full: torch.Tensor, like: DTensor) -> torch.Tensor:
+        whole = DTensor.from_local(full.to(like.device, like.dtype), like.device_mesh,
+                                   [Replicate()] * like.device_mesh.ndim, run_check=False)
+        return whole.redistribute(like.device_mesh, like.placements).to_local()
+
+    weights = torch.load(path, mmap=True, map_location="cpu", weights_only=True)["state_dict"]
+    number = {name: i for i, name in enumerate(names)}
+    with torch.no_grad():
+        for name, param in strided.items():
+            param.to_local().copy_(local_block(weights[name], param))
+        for optimizer, saved in zip(optimizers, checkpoint.get("optimizer_states", [])):
+            for name, param in strided.items():
+                entry = saved["state"].get(number[name], saved["state"].get(name, {}))
+                for key, value in entry.items():
+                    if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                        optimizer.state[param][key].to_local().copy_(local_block(value, param))
+
+
+def _checkpoint_name(name: str) -> str:
+    """A parameter's name as full checkpoints write it: without activation checkpointing's and compile's wrappers."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
 
 
 def gradient_scaler(trainer) -> object | None:  # noqa: ANN001
