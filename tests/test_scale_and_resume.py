@@ -47,26 +47,32 @@ def test_ddp_and_fsdp2_match_single_process(recipe, tolerance, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["gpt2", "bert", "bart"])
-def test_tensor_parallel_matches_single_process(recipe, tmp_path):
+@pytest.mark.parametrize(("recipe", "meshes", "options"), [
+    ("gpt2", 2, []), ("bert", 2, []), ("bart", 2, []), ("t5", 1, []), ("deberta", 1, []),
+    ("deberta-v3", 1, ["--model.generator_num_heads", "2"]),  # the tiny generator's one head cannot be split
+])
+def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_path):
     """Megatron-style tensor parallelism over 2 processes (each holds half the heads and feed-forward units of every
     block; both read the same batch of 16) equals one process; on a 2 x 2 mesh of 4 (FSDP2 shards each
     tensor-parallel shard over 2 data-parallel ranks, each pair reading 8 of the 16) it equals FSDP2 alone over 2
     (BERT's and BART's per-rank loss means differ from the global mean by a little, so the data-parallel runs are
     compared with each other). Equal in losses, and in checkpoints holding the weights in their own layout (the fused
-    q/k/v rows gathered back in order). BART adds cross-attention's fused k/v. No dropout of any kind: the split
-    feed-forward would draw other masks."""
+    q/k/v rows gathered back in order). BART adds cross-attention's fused k/v; T5 its bucket table split by heads;
+    DeBERTa its position projections (split like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a
+    generator. No dropout of any kind: the split feed-forward would draw other masks."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
     runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"],
             "fsdp": ["--config", str(ROOT / "configs" / "strategy" / "fsdp.yaml"), "--data.batch_size", "8"],
             "dp2-tp2": [*tp, *DP2_TP2, "--data.batch_size", "8"]}
+    pairs = (("single", "tp"), ("fsdp", "dp2-tp2"))[:meshes]
+    runs = {name: runs[name] for pair in pairs for name in pair}
     for name, extra in runs.items():
         (tmp_path / name).mkdir()
-        res = run_cli(["fit", "--config", config, *SMALL, *extra, "--model.backbone_overrides",
+        res = run_cli(["fit", "--config", config, *SMALL, *extra, *options, "--model.backbone_overrides",
                        "{dropout: 0.0, attention_dropout: 0.0, ffn_dropout: 0.0}"], cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
-    for reference, name in (("single", "tp"), ("fsdp", "dp2-tp2")):
+    for reference, name in pairs:
         expected, split = _train_losses(tmp_path / reference / "runs"), _train_losses(tmp_path / name / "runs")
         assert len(expected) == len(split) == 8
         assert max(abs(a - b) for a, b in zip(expected, split)) < 1e-4, (name, expected, split)

@@ -189,6 +189,24 @@ class MultiHeadAttention(nn.Module):
         cache.key, cache.value = k, v
         return k, v
 
+    def project(self, x: Tensor, query_index: Tensor | None = None,
+                query: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's q, k, v ``[B, *, H]``: k and v for every row of ``x``, q for every row, for the rows
+        ``query_index`` ``[B, K]``, or for a separate ``query`` stream. For a subset, the fused weight's first third
+        projects the queries alone, unless tensor parallelism has split the weight (``sliceable`` False): then every
+        row is projected whole and the queries' kept."""
+        h = self.hidden_size
+        if query is None and query_index is None:
+            return self.qkv_proj(x).split(h, dim=-1)
+        if not self.sliceable:
+            q, k, v = self.qkv_proj(x).split(h, dim=-1)
+            q = take_rows(q, query_index) if query is None else self.qkv_proj(query)[..., :h]
+            return q, k, v
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q = F.linear(take_rows(x, query_index) if query is None else query, w[:h], None if b is None else b[:h])
+        k, v = F.linear(x, w[h:], None if b is None else b[h:]).split(h, dim=-1)
+        return q, k, v
+
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
@@ -243,13 +261,8 @@ class MultiHeadAttention(nn.Module):
             k, v = self.kv_proj(kv).split(h, dim=-1)
         elif kv is not None:
             raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
-        elif query_index is None or not self.sliceable:
-            q, k, v = self.qkv_proj(x).split(h, dim=-1)
-            q = q if query_index is None else take_rows(q, query_index)
-        else:  # the fused weight's first third projects the queries
-            w, b = self.qkv_proj.weight, self.qkv_proj.bias
-            q = F.linear(take_rows(x, query_index), w[:h], None if b is None else b[:h])
-            k, v = F.linear(x, w[h:], None if b is None else b[h:]).split(h, dim=-1)
+        else:
+            q, k, v = self.project(x, query_index)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         rope_q = rope
         if query_index is not None:

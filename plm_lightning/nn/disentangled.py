@@ -62,10 +62,12 @@ class DisentangledSelfAttention(MultiHeadAttention):
     def _position_projections(self, table: Tensor) -> tuple[Tensor, Tensor]:
         """(K^r, Q^r), each ``[heads, 2k, d]``."""
         h = self.hidden_size
-        if self.share_key:
+        if self.share_key and self.sliceable:
             w, b = self.qkv_proj.weight, self.qkv_proj.bias
             q_r = F.linear(table, w[:h], None if b is None else b[:h])
             k_r = F.linear(table, w[h:2 * h], None if b is None else b[h:2 * h])
+        elif self.share_key:  # split by tensor parallelism: this rank's heads' rows, through the module
+            q_r, k_r, _ = self.qkv_proj(table).split(h, dim=-1)
         else:
             q_r, k_r = self.pos_query_proj(table), self.pos_key_proj(table)
         split = lambda t: t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # noqa: E731
@@ -101,15 +103,7 @@ class DisentangledSelfAttention(MultiHeadAttention):
         if kv is not None or rope is not None:
             raise ValueError("disentangled attention takes no kv or rope")
         h = self.hidden_size
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        if query is None and query_index is None:
-            q, k, v = self.qkv_proj(x).split(h, dim=-1)
-        else:
-            if query is None:
-                query = take_rows(x, query_index)
-            q = F.linear(query, w[:h], None if b is None else b[:h])
-            k, v = F.linear(x, w[h:], None if b is None else b[h:]).split(h, dim=-1)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        q, k, v = (self._heads(t) for t in self.project(x, query_index, query))
         bias = self.relative_bias(q, k, *relative, query_index=query_index)
         if query_index is not None:
             mask, position_bias = take_query_rows(mask, query_index), take_query_rows(position_bias, query_index)

@@ -64,27 +64,35 @@ def fsdp_placement(param: nn.Parameter):  # noqa: ANN201 - a Shard or None, impo
     return None
 
 
+def transformer_stacks(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every stack of Transformer blocks in ``module`` (a ``layers`` ModuleList), with its name: the backbone, an
+    encoder-decoder's two stacks, ELECTRA's generator and discriminator, ...)."""
+    return [(name, m) for name, m in module.named_modules()
+            if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)]
+
+
 def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1,  # noqa: ANN001 - a BackboneConfig
-                          distributed_checkpoint: bool = False) -> None:
-    """The shapes, attention kinds, meshes and checkpoint formats Megatron-style tensor parallelism serves here."""
+                          distributed_checkpoint: bool = False, owner: str = "the backbone") -> None:
+    """The shapes, attention kinds, meshes and checkpoint formats Megatron-style tensor parallelism serves here;
+    ``owner`` names the stack whose config ``cfg`` is in errors."""
     from plm_lightning.errors import ConfigError
 
     if data_parallel_size > 1 and cfg.hidden_size % data_parallel_size:
         # FSDP2 shards the fused q/k/v weights along their columns (fsdp_placement), and only evenly off dim 0
         raise ConfigError(f"tensor_parallel_size={size} with data_parallel_size={data_parallel_size}: "
-                          f"data_parallel_size must divide the backbone's hidden_size={cfg.hidden_size}")
+                          f"data_parallel_size must divide {owner}'s hidden_size={cfg.hidden_size}")
     if distributed_checkpoint:
         # torch.distributed.checkpoint plans one box per rank and tensor; a strided q/k/v shard is not one box
         # (measured: "Failed to validate global plan: ... qkv_proj.weight has overlapping chunks" at the first save)
         raise ConfigError(f"tensor_parallel_size={size}: save_distributed_checkpoint: true cannot save the strided "
                           "q/k/v shards; set trainer.strategy.init_args.save_distributed_checkpoint: false (one full "
                           "checkpoint, as configs/strategy/tp.yaml does)")
-    if cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
-        raise ConfigError(f"tensor_parallel_size={size}: position_embedding={cfg.position_embedding!r} adds a per-head "
-                          "relative term that is not split over ranks; use data parallelism / FSDP2 for this recipe")
+    if cfg.position_embedding == "xl_relative":
+        raise ConfigError(f"tensor_parallel_size={size}: position_embedding='xl_relative' adds per-head relative "
+                          "terms that are not split over ranks; use data parallelism / FSDP2 for this recipe")
     for key in ("num_heads", "intermediate_size"):
         if getattr(cfg, key) % size:
-            raise ConfigError(f"tensor_parallel_size={size} does not divide the backbone's {key}={getattr(cfg, key)}")
+            raise ConfigError(f"tensor_parallel_size={size} does not divide {owner}'s {key}={getattr(cfg, key)}")
 
 
 def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
@@ -93,13 +101,19 @@ def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
     ``_fused_colwise``) and the feed-forward's first layer and gate are split by output columns, the attention output
     and the feed-forward's second layer by input rows. Each of the t ranks holds num_heads / t heads and
     intermediate_size / t inner units; one all-reduce after each sub-layer restores the replicated residual stream
-    (its conjugate in the backward pass). Embeddings, norms and heads stay replicated."""
+    (its conjugate in the backward pass). Embeddings, norms and heads stay replicated.
+
+    Per-head position terms follow their heads: T5's bucket table (``[buckets, heads]``, one per stack) is split by
+    columns, so each rank's bias covers its own heads; DeBERTa's position projections of the shared relative table
+    go through the split q/k/v weight (``share_attention_key``) or are split by columns like it."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from plm_lightning.nn.attention import MultiHeadAttention
 
     size, split = mesh.size(), set()  # split: sub-layers already parallelized (ALBERT shares them between blocks)
-    for stack in (m for m in module.modules() if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)):
+    for _, stack in transformer_stacks(module):
+        if getattr(stack, "relative_bias", None) is not None:
+            parallelize_module(stack.relative_bias, mesh, {"embedding": ColwiseParallel()})
         for block in stack.layers:
             plan = {}
             if id(block.ffn) not in split:
@@ -121,6 +135,9 @@ def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
                 else:
                     plan[f"{name}.qkv_proj"] = _fused_colwise(3)
                 plan[f"{name}.o_proj"] = RowwiseParallel()
+                for projection in ("pos_query_proj", "pos_key_proj"):  # DeBERTa without share_attention_key
+                    if hasattr(attention, projection):
+                        plan[f"{name}.{projection}"] = ColwiseParallel()
                 attention.num_heads //= size  # the local heads; every reshape follows these two
                 attention.hidden_size //= size
                 attention.sliceable = False
@@ -137,7 +154,7 @@ def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
     from torch.distributed.fsdp import fully_shard
 
     dp_mesh = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
-    for stack in (m for m in module.modules() if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)):
+    for _, stack in transformer_stacks(module):
         if getattr(getattr(stack, "cfg", None), "layer_sharing", "none") in ("attention", "ffn"):
             continue
         for block in stack.layers:
