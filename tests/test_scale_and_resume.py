@@ -50,6 +50,7 @@ def test_ddp_and_fsdp2_match_single_process(recipe, tolerance, tmp_path):
 @pytest.mark.parametrize(("recipe", "meshes", "options"), [
     ("gpt2", 2, []), ("bert", 2, []), ("bart", 2, []), ("t5", 1, []), ("deberta", 1, []),
     ("deberta-v3", 1, ["--model.generator_num_heads", "2"]),  # the tiny generator's one head cannot be split
+    ("transformer-xl", 1, []), ("xlnet", 1, []),
 ])
 def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_path):
     """Megatron-style tensor parallelism over 2 processes (each holds half the heads and feed-forward units of every
@@ -59,7 +60,8 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
     compared with each other). Equal in losses, and in checkpoints holding the weights in their own layout (the fused
     q/k/v rows gathered back in order). BART adds cross-attention's fused k/v; T5 its bucket table split by heads;
     DeBERTa its position projections (split like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a
-    generator. No dropout of any kind: the split feed-forward would draw other masks."""
+    generator; Transformer-XL its W_R (split by columns), u and v (by heads) and a memory; XLNet two streams and the
+    segment terms. No dropout of any kind: the split feed-forward would draw other masks."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
     runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"],

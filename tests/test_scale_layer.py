@@ -13,7 +13,6 @@ from plm_lightning.objectives.scale import check_tensor_parallel, total_grad_nor
 
 
 @pytest.mark.parametrize(("preset", "overrides", "message"), [
-    ("transformer-xl-base", {}, "position_embedding='xl_relative'"),
     ("tiny-gpt", {"num_heads": 1, "hidden_size": 64}, "does not divide the backbone's num_heads=1"),
     ("tiny-gpt", {"intermediate_size": 255}, "intermediate_size=255"),
 ])

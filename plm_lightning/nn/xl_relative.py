@@ -59,9 +59,22 @@ class XLRelative:
     """``[B, Q, K]`` True where query and key lie in different segments (XLNet); None = no segment term."""
 
 
+def local_heads(parameter: Tensor | None) -> Tensor | None:
+    """A per-head parameter's heads on this rank: all of them, or under tensor parallelism (a DTensor split along
+    its heads dimension) this rank's; the gradient flows back to that shard."""
+    from torch.distributed.tensor import DTensor
+
+    return parameter.to_local() if isinstance(parameter, DTensor) else parameter
+
+
 class RelativeSelfAttention(MultiHeadAttention):
     """Self-attention with Transformer-XL relative positions, XLNet's segment term, a memory of earlier hidden states
-    as extra keys/values, and XLNet's separate query stream (``query`` at ``query_index``). No projection biases."""
+    as extra keys/values, and XLNet's separate query stream (``query`` at ``query_index``). No projection biases.
+
+    ``head_parameters`` names the per-head parameters and the dimension of their heads, which tensor parallelism
+    splits (``objectives.scale``)."""
+
+    head_parameters = {"content_bias": 0, "position_bias": 0, "segment_bias": 0, "segment_embed": 1}
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, backend: str, segments: bool) -> None:
         super().__init__(hidden_size, num_heads, dropout, bias=False, backend=backend)
@@ -84,24 +97,30 @@ class RelativeSelfAttention(MultiHeadAttention):
         if kv is not None or rope is not None or position_bias is not None:
             raise ValueError("relative attention takes no kv, rope or position_bias")
         h = self.hidden_size
-        w = self.qkv_proj.weight
         keys = x if memory is None else torch.cat([memory.to(x.dtype), x], dim=1)
         source = query if query is not None else take_rows(x, query_index) if query_index is not None else x
-        q = self._heads(F.linear(source, w[:h]))
-        k, v = (self._heads(t) for t in F.linear(keys, w[h:]).split(h, dim=-1))
+        if self.sliceable:
+            w = self.qkv_proj.weight
+            q, kv = F.linear(source, w[:h]), F.linear(keys, w[h:])
+        else:  # split by tensor parallelism: whole projections of this rank's heads, through the module
+            q, kv = self.qkv_proj(source)[..., :h], self.qkv_proj(keys)[..., h:]
+        q = self._heads(q)
+        k, v = (self._heads(t) for t in kv.split(h, dim=-1))
+        u, v_bias, s_bias, s_embed = (local_heads(p) for p in (self.content_bias, self.position_bias,
+                                                                self.segment_bias, self.segment_embed))
         b, heads, n, _ = q.shape
         r = self.r_proj(relative.table.to(x.dtype)).unflatten(-1, (heads, self.head_dim))
         r = r.permute(0, 2, 1, 3) if r.dim() == 4 else r.transpose(0, 1)[None]  # [B|1, heads, R, d]
         index = relative.index[None] if query_index is None else take_rows(relative.index.expand(b, -1, -1), query_index)
-        scores = torch.matmul(q + self.position_bias[:, None].to(q.dtype), r.transpose(-1, -2))  # [B, heads, n, R]
+        scores = torch.matmul(q + v_bias[:, None].to(q.dtype), r.transpose(-1, -2))  # [B, heads, n, R]
         bias = scores.gather(-1, index[:, None].expand(b, heads, n, index.shape[-1]))
-        if self.segment_embed is not None and relative.different_segment is not None:
-            seg = torch.einsum("bhnd,shd->bhns", q + self.segment_bias[:, None].to(q.dtype), self.segment_embed.to(q.dtype))
+        if s_embed is not None and relative.different_segment is not None:
+            seg = torch.einsum("bhnd,shd->bhns", q + s_bias[:, None].to(q.dtype), s_embed.to(q.dtype))
             diff = relative.different_segment
             diff = (diff if query_index is None else take_rows(diff, query_index))[:, None]
             bias = bias + torch.where(diff, seg[..., 1:], seg[..., :1])
         if query_index is not None and mask is not None and mask.shape[-2] != n:  # else: already one row per query
             mask = take_query_rows(mask, query_index)
-        out = self.attend(q + self.content_bias[:, None].to(q.dtype), k, v, mask, is_causal and mask is None,
+        out = self.attend(q + u[:, None].to(q.dtype), k, v, mask, is_causal and mask is None,
                           bias * self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, h))

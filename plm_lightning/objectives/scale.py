@@ -87,9 +87,6 @@ def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1,  # noqa: 
         raise ConfigError(f"tensor_parallel_size={size}: save_distributed_checkpoint: true cannot save the strided "
                           "q/k/v shards; set trainer.strategy.init_args.save_distributed_checkpoint: false (one full "
                           "checkpoint, as configs/strategy/tp.yaml does)")
-    if cfg.position_embedding == "xl_relative":
-        raise ConfigError(f"tensor_parallel_size={size}: position_embedding='xl_relative' adds per-head relative "
-                          "terms that are not split over ranks; use data parallelism / FSDP2 for this recipe")
     for key in ("num_heads", "intermediate_size"):
         if getattr(cfg, key) % size:
             raise ConfigError(f"tensor_parallel_size={size} does not divide {owner}'s {key}={getattr(cfg, key)}")
@@ -135,14 +132,26 @@ def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
                 else:
                     plan[f"{name}.qkv_proj"] = _fused_colwise(3)
                 plan[f"{name}.o_proj"] = RowwiseParallel()
-                for projection in ("pos_query_proj", "pos_key_proj"):  # DeBERTa without share_attention_key
+                for projection in ("pos_query_proj", "pos_key_proj", "r_proj"):  # DeBERTa's (unshared), XL's W_R
                     if hasattr(attention, projection):
                         plan[f"{name}.{projection}"] = ColwiseParallel()
+                for parameter, dim in getattr(attention, "head_parameters", {}).items():  # XL's u, v; XLNet's b, s
+                    if getattr(attention, parameter) is not None:
+                        split_heads(attention, parameter, dim, mesh)
                 attention.num_heads //= size  # the local heads; every reshape follows these two
                 attention.hidden_size //= size
                 attention.sliceable = False
             if plan:
                 parallelize_module(block, mesh, plan)
+
+
+def split_heads(module: nn.Module, name: str, dim: int, mesh) -> None:  # noqa: ANN001
+    """Replace ``module``'s per-head parameter ``name`` by a DTensor split along its heads dimension ``dim``, in
+    contiguous blocks like the q/k/v heads (``nn.xl_relative.local_heads`` reads this rank's block)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    parameter = getattr(module, name)
+    module.register_parameter(name, nn.Parameter(distribute_tensor(parameter.detach(), mesh, [Shard(dim)])))
 
 
 def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
