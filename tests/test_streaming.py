@@ -72,7 +72,8 @@ def test_weighted_mixture_draws_each_corpus_by_its_weight_with_distinct_indices(
 def test_optimize_then_fit_on_streams_resumes_mid_epoch_at_the_same_sample(tmp_path):
     """``optimize`` the GPT-2 recipe's blocks, train 8 steps on the stream with a checkpoint at step 4, then resume
     from that checkpoint: steps 5..8 repeat the uninterrupted run's losses (a resumed loader that started its epoch
-    over would feed other samples)."""
+    over would feed other samples). The same 8 steps under tensor parallelism (2 processes, one data-parallel rank)
+    repeat them too; a resume from step 4 under DDP (2 data-parallel ranks) is refused."""
     config = str(ROOT / "configs" / "gpt2.yaml")
     res = run_cli(["optimize", "--config", config, str(tmp_path / "streams"), "--data.seq_len", "64",
                    "--data.max_documents", "400"], cwd=tmp_path, fresh=True)
@@ -96,6 +97,22 @@ def test_optimize_then_fit_on_streams_resumes_mid_epoch_at_the_same_sample(tmp_p
     whole, resumed = _train_losses(tmp_path / "whole"), _train_losses(tmp_path / "resumed")
     assert len(whole) == 8 and len(resumed) == 4
     assert np.allclose(whole[4:], resumed, atol=1e-4), (whole, resumed)
+
+    # tensor parallelism over 2 processes: both ranks of the group read the one data-parallel rank's samples
+    tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
+    (tmp_path / "tp").mkdir()
+    res = run_cli([*common, *tp, "--model.backbone_overrides", "{dropout: 0.0, attention_dropout: 0.0}"],
+                  cwd=tmp_path / "tp")
+    assert res.returncode == 0, res.stderr[-3000:]
+    split = _train_losses(tmp_path / "tp")
+    assert len(split) == 8 and np.allclose(whole, split, atol=1e-4), (whole, split)
+
+    # another number of data-parallel ranks cannot take the saved stream position: one line, no traceback
+    (tmp_path / "ddp").mkdir()
+    res = run_cli([*common, "--config", str(ROOT / "configs" / "strategy" / "ddp.yaml"), "--ckpt_path", str(step4)],
+                  cwd=tmp_path / "ddp")
+    assert res.returncode != 0 and "saved by 1 data-parallel ranks, this run has 2" in res.stderr, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
 
 
 def test_streaming_errors_name_the_key(tmp_path):

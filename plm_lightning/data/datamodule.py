@@ -32,6 +32,7 @@ from plm_lightning.data.streaming import (
     read_meta,
     stream_tokenizer,
     streaming_dataset,
+    streaming_loader,
 )
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.errors import ConfigError
@@ -218,18 +219,14 @@ class TextDataModule(L.LightningDataModule):
         return self._resumable(dataset, sampler, shuffle)
 
     def _streaming_loader(self, split: str, shuffle: bool) -> Any:
-        from litdata import StreamingDataLoader
-
-        trainer = self.trainer
-        if trainer is not None and data_replicas(trainer)[0] != trainer.world_size:
-            raise ConfigError("data.streaming: litdata splits a stream over every process, but the ranks of one "
-                              "tensor-parallel group must read the same batches; stream with tensor_parallel_size: 1")
         uris = [u for u in self.streaming if split == "train" or has_split(u, split)]
         if not uris:
             return []
-        dataset = streaming_dataset(uris, split, shuffle, self.seed, self.streaming_weights if shuffle else None)
-        return StreamingDataLoader(dataset, batch_size=self.batch_size, num_workers=self.num_workers,
-                                   collate_fn=self.collator(), drop_last=shuffle)
+        replicas = self._replicas()
+        dataset = streaming_dataset(uris, split, shuffle, self.seed, self.streaming_weights if shuffle else None,
+                                    replicas)
+        return streaming_loader(dataset, replicas[0], batch_size=self.batch_size, num_workers=self.num_workers,
+                                collate_fn=self.collator(), drop_last=shuffle)
 
     def train_dataloader(self) -> ResumableDataLoader:
         if self.streaming is not None:

@@ -160,9 +160,10 @@ def _streamed_dataset_class() -> type:
 
 
 def streaming_dataset(uris: Sequence[str], split: str, shuffle: bool, seed: int,
-                      weights: Sequence[float] | None = None) -> Any:
+                      weights: Sequence[float] | None = None, replicas: tuple[int, int] = (1, 0)) -> Any:
     """One ``StreamingDataset`` of ``split``, or a ``CombinedStreamingDataset`` of several corpora: drawn by
-    ``weights`` for training (the epoch ends when one corpus runs out), every block of each once otherwise."""
+    ``weights`` for training (the epoch ends when one corpus runs out), every block of each once otherwise; split
+    over ``replicas`` = (data-parallel ranks, this process's), see ``read_as_replica``."""
     from litdata import CombinedStreamingDataset
 
     streamed = _streamed_dataset_class()
@@ -170,12 +171,49 @@ def streaming_dataset(uris: Sequence[str], split: str, shuffle: bool, seed: int,
     for uri in uris:
         location = uri.rstrip("/") + "/" + split
         dataset = streamed(location, offset, shuffle=shuffle, drop_last=shuffle, seed=seed)
+        read_as_replica(dataset, *replicas)
         datasets.append(dataset)
         offset += len(dataset)
     if len(datasets) == 1:
         return datasets[0]
     return CombinedStreamingDataset(datasets, seed=seed, weights=list(weights) if weights is not None else None,
                                     iterate_over_all=not shuffle)
+
+
+def read_as_replica(dataset: Any, replicas: int, rank: int) -> None:
+    """Split a ``StreamingDataset`` over the data-parallel ranks: litdata splits it over every process it detects
+    (torch.distributed's world), but the ranks of one tensor-parallel group must read the same samples."""
+    from litdata.utilities.env import _DistributedEnv
+
+    nodes = dataset.distributed_env.num_nodes
+    dataset.distributed_env = _DistributedEnv(replicas, rank, nodes if replicas % nodes == 0 else 1)
+
+
+def streaming_loader(dataset: Any, replicas: int, **kwargs: Any) -> Any:
+    """A ``StreamingDataLoader`` that refuses, with a one-line error, a saved position from another number of
+    data-parallel ranks (litdata replays each rank's count of samples on its own split, which another world size
+    splits differently: the run would silently repeat and skip samples)."""
+    from litdata import StreamingDataLoader
+
+    class ReplicaCheckedLoader(StreamingDataLoader):
+        def load_state_dict(self, obj: dict[str, Any]) -> None:
+            saved = _saved_world_sizes(obj.get("dataset", {}))
+            if saved and saved != {replicas}:
+                raise ConfigError(f"ckpt_path: the checkpoint's data.streaming position was saved by {min(saved)} "
+                                  f"data-parallel ranks, this run has {replicas}; litdata resumes a stream mid-epoch "
+                                  "only under the same number (resume with it, or start a new epoch without "
+                                  "--ckpt_path)")
+            super().load_state_dict(obj)
+
+    return ReplicaCheckedLoader(dataset, **kwargs)
+
+
+def _saved_world_sizes(state: Any) -> set[int]:
+    """The ``world_size`` entries of a (possibly combined) litdata dataset state."""
+    if not isinstance(state, dict):
+        return set()
+    found = {int(state["world_size"])} if "world_size" in state else set()
+    return found.union(*(_saved_world_sizes(v) for v in state.values()))
 
 
 def check_streaming(uris: Sequence[str] | None, weights: Sequence[float] | None, owner: type, base: type) -> None:
