@@ -47,6 +47,16 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
         self.dropout = Dropout(cfg.dropout)
 
+    def tensor_parallel_plan(self) -> dict[str, str]:
+        """How Megatron-style tensor parallelism splits this block (``objectives.scale.apply_tensor_parallel``): the
+        attentions by heads, the feed-forward's first layer (and gate) by columns, its second layer by rows."""
+        plan = {"self_attn": "attention", "ffn.fc_in": "colwise", "ffn.fc_out": "rowwise"}
+        if self.ffn.fc_gate is not None:
+            plan["ffn.fc_gate"] = "colwise"
+        if self.cross_attn is not None:
+            plan["cross_attn"] = "attention"
+        return plan
+
     def _residual(self, x: Tensor, norm: nn.Module, fn, *args, skip: Tensor | None = None,  # noqa: ANN001
                   **kwargs) -> Tensor:
         """``skip`` is the residual stream when it differs from ``fn``'s input (queries at a subset of positions)."""

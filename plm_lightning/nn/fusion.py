@@ -44,6 +44,13 @@ class KnowledgeFusionLayer(nn.Module):
         self.act = ACTIVATIONS["gelu"]
         self.dropout = nn.Dropout(dropout)
 
+    def tensor_parallel_plan(self) -> dict[str, str]:
+        """How Megatron-style tensor parallelism splits this layer (``objectives.scale.apply_tensor_parallel``): both
+        attentions by heads, the fusion layer's W~_t and W~_e by columns (each rank sums its share of h), W_t and W_e
+        by rows."""
+        return {"token_attn": "attention", "entity_attn": "attention", "fuse_token": "colwise",
+                "fuse_entity": "colwise", "token_out": "rowwise", "entity_out": "rowwise"}
+
     def forward(self, tokens: Tensor, entities: Tensor, attention_mask: Tensor | None, entity_mask: Tensor
                 ) -> tuple[Tensor, Tensor]:
         """``tokens`` ``[B, T, H]``, ``entities`` ``[B, T, d_e]`` (read only where ``entity_mask`` ``[B, T]`` is

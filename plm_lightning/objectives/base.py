@@ -226,11 +226,8 @@ class PretrainingModule(L.LightningModule):
         tensor_parallel = mesh["tensor_parallel"] if mesh is not None and "tensor_parallel" in (
             mesh.mesh_dim_names or ()) and mesh["tensor_parallel"].size() > 1 else None
         if tensor_parallel is not None:
-            for name, stack in scale.transformer_stacks(self):
-                scale.check_tensor_parallel(getattr(stack, "cfg", self.config), tensor_parallel.size(),
-                                            mesh["data_parallel"].size(),
-                                            getattr(self.trainer.strategy, "_save_distributed_checkpoint", False),
-                                            owner=name)
+            scale.check_model_tensor_parallel(self, tensor_parallel.size(), mesh["data_parallel"].size(),
+                                              getattr(self.trainer.strategy, "_save_distributed_checkpoint", False))
             scale.apply_tensor_parallel(self, tensor_parallel)
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:

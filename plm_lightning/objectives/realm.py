@@ -135,6 +135,7 @@ class REALM(PretrainingModule):
         self.index: Tensor | None = None
         self.index_step = -1
         self._faiss = None
+        self._refresh_due = False
         self.corpus_ids: Tensor | None = None
         self.corpus_mask: Tensor | None = None
 
@@ -232,12 +233,17 @@ class REALM(PretrainingModule):
 
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         stale = self.index is None or self.global_step - self.index_step >= self.hparams.refresh_every
-        if self.hparams.retrieval and stale:
-            self.refresh_index()
+        self._refresh_due = self._refresh_due or stale
 
     def on_validation_start(self) -> None:
-        if self.hparams.retrieval:
+        self._refresh_due = True
+
+    def _refresh_if_due(self) -> None:
+        """Refresh the index inside the step, not in the hooks that find it stale: under FSDP2 the root unit's
+        parameters (embeddings, projections) are gathered only inside the module's forward, which the steps run in."""
+        if self.hparams.retrieval and self._refresh_due:
             self.refresh_index()
+        self._refresh_due = False
 
     # -- the loss -----------------------------------------------------------------------------------------------
     def _join(self, ids: Tensor, mask: Tensor, docs: Tensor, doc_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -262,6 +268,7 @@ class REALM(PretrainingModule):
         return F.cross_entropy((q @ c.T).float(), torch.arange(len(q), device=q.device))
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        self._refresh_if_due()
         ids, mask = batch["input_ids"], batch["attention_mask"]
         b = ids.shape[0]
         out: dict[str, Tensor] = {}

@@ -71,6 +71,21 @@ def transformer_stacks(module: nn.Module) -> list[tuple[str, nn.Module]]:
             if hasattr(m, "layers") and isinstance(m.layers, nn.ModuleList)]
 
 
+def check_model_tensor_parallel(module: nn.Module, size: int, data_parallel_size: int,
+                                distributed_checkpoint: bool) -> None:
+    """``check_tensor_parallel`` for every Transformer stack of an objective (each with its own config: ELECTRA's
+    generator, an encoder-decoder's stacks); an objective without one (ELMo, CoVe, static embeddings) is refused."""
+    from plm_lightning.errors import ConfigError
+
+    stacks = transformer_stacks(module)
+    if not stacks:
+        raise ConfigError(f"tensor_parallel_size={size}: {type(module).__name__} has no Transformer blocks to split; "
+                          "use data parallelism (configs/strategy/ddp.yaml)")
+    for name, stack in stacks:
+        check_tensor_parallel(getattr(stack, "cfg", module.config), size, data_parallel_size, distributed_checkpoint,
+                              owner=name)
+
+
 def check_tensor_parallel(cfg, size: int, data_parallel_size: int = 1,  # noqa: ANN001 - a BackboneConfig
                           distributed_checkpoint: bool = False, owner: str = "the backbone") -> None:
     """The shapes, attention kinds, meshes and checkpoint formats Megatron-style tensor parallelism serves here;
@@ -105,44 +120,62 @@ def apply_tensor_parallel(module: nn.Module, mesh) -> None:  # noqa: ANN001
     go through the split q/k/v weight (``share_attention_key``) or are split by columns like it."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    from plm_lightning.nn.attention import MultiHeadAttention
+    from plm_lightning.errors import ConfigError
 
     size, split = mesh.size(), set()  # split: sub-layers already parallelized (ALBERT shares them between blocks)
-    for _, stack in transformer_stacks(module):
+    for stack_name, stack in transformer_stacks(module):
         if getattr(stack, "relative_bias", None) is not None:
             parallelize_module(stack.relative_bias, mesh, {"embedding": ColwiseParallel()})
-        for block in stack.layers:
+        for i, block in enumerate(stack.layers):
+            if not hasattr(block, "tensor_parallel_plan"):
+                raise ConfigError(f"tensor parallelism: {type(block).__name__} blocks ({stack_name}) do not say how "
+                                  "they split (tensor_parallel_plan); use data parallelism / FSDP2 for this recipe")
             plan = {}
-            if id(block.ffn) not in split:
-                split.add(id(block.ffn))
-                plan.update({"ffn.fc_in": ColwiseParallel(), "ffn.fc_out": RowwiseParallel()})
-                if block.ffn.fc_gate is not None:
-                    plan["ffn.fc_gate"] = ColwiseParallel()
-            attentions = [("self_attn", block.self_attn)]
-            if block.cross_attn is not None:
-                attentions.append(("cross_attn", block.cross_attn))
-            for name, attention in attentions:
-                if id(attention) in split:
+            for path, kind in block.tensor_parallel_plan().items():
+                target = block.get_submodule(path)
+                if id(target) in split:
                     continue
-                split.add(id(attention))
-                if not isinstance(attention, MultiHeadAttention):
-                    raise TypeError(f"tensor parallelism splits MultiHeadAttention, not {type(attention).__name__}")
-                if attention.cross_attention:
-                    plan[f"{name}.q_proj"], plan[f"{name}.kv_proj"] = ColwiseParallel(), _fused_colwise(2)
-                else:
-                    plan[f"{name}.qkv_proj"] = _fused_colwise(3)
-                plan[f"{name}.o_proj"] = RowwiseParallel()
-                for projection in ("pos_query_proj", "pos_key_proj", "r_proj"):  # DeBERTa's (unshared), XL's W_R
-                    if hasattr(attention, projection):
-                        plan[f"{name}.{projection}"] = ColwiseParallel()
-                for parameter, dim in getattr(attention, "head_parameters", {}).items():  # XL's u, v; XLNet's b, s
-                    if getattr(attention, parameter) is not None:
-                        split_heads(attention, parameter, dim, mesh)
-                attention.num_heads //= size  # the local heads; every reshape follows these two
-                attention.hidden_size //= size
-                attention.sliceable = False
+                split.add(id(target))
+                where = f"{stack_name}.layers.{i}.{path}".lstrip(".")
+                if kind == "attention":
+                    plan.update(_attention_plan(path, target, size, where, mesh))
+                    continue
+                if kind == "colwise" and target.out_features % size:
+                    raise ConfigError(f"tensor_parallel_size={size} does not divide the {target.out_features} "
+                                      f"output units of {where}")
+                plan[path] = ColwiseParallel() if kind == "colwise" else RowwiseParallel()
             if plan:
                 parallelize_module(block, mesh, plan)
+
+
+def _attention_plan(name: str, attention: nn.Module, size: int, where: str, mesh) -> dict:  # noqa: ANN001
+    """The column/row split of one attention sub-layer ``name`` (its heads over the ``size`` ranks), applied to the
+    module's own head count and per-head parameters at once."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from plm_lightning.errors import ConfigError
+    from plm_lightning.nn.attention import MultiHeadAttention
+
+    if not isinstance(attention, MultiHeadAttention):
+        raise TypeError(f"tensor parallelism splits MultiHeadAttention, not {type(attention).__name__} ({where})")
+    if attention.num_heads % size:
+        raise ConfigError(f"tensor_parallel_size={size} does not divide the {attention.num_heads} heads of {where}")
+    plan = {}
+    if attention.cross_attention:
+        plan[f"{name}.q_proj"], plan[f"{name}.kv_proj"] = ColwiseParallel(), _fused_colwise(2)
+    else:
+        plan[f"{name}.qkv_proj"] = _fused_colwise(3)
+    plan[f"{name}.o_proj"] = RowwiseParallel()
+    for projection in ("pos_query_proj", "pos_key_proj", "r_proj"):  # DeBERTa's (unshared), XL's W_R
+        if hasattr(attention, projection):
+            plan[f"{name}.{projection}"] = ColwiseParallel()
+    for parameter, dim in getattr(attention, "head_parameters", {}).items():  # XL's u, v; XLNet's b, s
+        if getattr(attention, parameter) is not None:
+            split_heads(attention, parameter, dim, mesh)
+    attention.num_heads //= size  # the local heads; every reshape follows these two
+    attention.hidden_size //= size
+    attention.sliceable = False
+    return plan
 
 
 def split_heads(module: nn.Module, name: str, dim: int, mesh) -> None:  # noqa: ANN001

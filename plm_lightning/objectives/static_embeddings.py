@@ -70,6 +70,16 @@ class StaticEmbeddings(L.LightningModule):
             data.setup(stage)
             self.set_vocabulary(data.vocabulary)
 
+    def configure_model(self) -> None:
+        """Nothing here for ``ModelParallelStrategy`` to shard or split (embedding tables, ELMo's and CoVe's LSTMs):
+        refused with a one-line error rather than Lightning's traceback; DDP serves these models."""
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
+            raise ConfigError(f"trainer.strategy: {type(self).__name__} has no Transformer blocks for "
+                              "ModelParallelStrategy (FSDP2, tensor parallelism) to shard or split; use "
+                              "configs/strategy/ddp.yaml")
+
     def set_vocabulary(self, vocabulary: WordVocabulary) -> None:
         self.vocabulary = vocabulary
         self.build(len(vocabulary))
