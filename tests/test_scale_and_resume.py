@@ -54,7 +54,7 @@ def test_ddp_and_fsdp2_match_single_process(recipe, tolerance, reference, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("recipe", "meshes", "options"), [
-    ("gpt2", 2, []), ("bert", 2, []), ("bart", 2, []), ("t5", 1, []), ("deberta", 1, []),
+    ("gpt2", 2, []), ("bert", 1, []), ("bart", 2, []), ("t5", 1, []), ("deberta", 1, []),
     ("deberta-v3", 1, ["--model.generator_num_heads", "2"]),  # the tiny generator's one head cannot be split
     ("transformer-xl", 1, []), ("xlnet", 1, []), ("ernie-thu", 1, []),
 ])
@@ -62,13 +62,14 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
     """Megatron-style tensor parallelism over 2 processes (each holds half the heads and feed-forward units of every
     block; both read the same batch of 16) equals one process; on a 2 x 2 mesh of 4 (FSDP2 shards each
     tensor-parallel shard over 2 data-parallel ranks, each pair reading 8 of the 16) it equals FSDP2 alone over 2
-    (BERT's and BART's per-rank loss means differ from the global mean by a little, so the data-parallel runs are
-    compared with each other). Equal in losses, and in checkpoints holding the weights in their own layout (the fused
-    q/k/v rows gathered back in order). BART adds cross-attention's fused k/v; T5 its bucket table split by heads;
-    DeBERTa its position projections (split like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a
-    generator; Transformer-XL its W_R (split by columns), u and v (by heads) and a memory; XLNet two streams and the
-    segment terms; ERNIE (THU) knowledge-fusion layers (token and entity attention, the fusion split by columns then
-    rows). No dropout of any kind: the split feed-forward would draw other masks."""
+    (BART's per-rank loss means differ from the global mean by a little, so the data-parallel runs are compared with
+    each other; 8 steps for GPT-2 and BART, 4 for the recipes that each add one kind of sub-layer). Equal in losses,
+    and in checkpoints holding the weights in their own layout (the fused q/k/v rows gathered back in order). BART
+    adds cross-attention's fused k/v; T5 its bucket table split by heads; DeBERTa its position projections (split
+    like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a generator; Transformer-XL its W_R (split
+    by columns), u and v (by heads) and a memory; XLNet two streams and the segment terms; ERNIE (THU)
+    knowledge-fusion layers (token and entity attention, the fusion split by columns then rows). No dropout of any
+    kind: the split feed-forward would draw other masks."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
     runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"],
@@ -76,14 +77,16 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
             "dp2-tp2": [*tp, *DP2_TP2, "--data.batch_size", "8"]}
     pairs = (("single", "tp"), ("fsdp", "dp2-tp2"))[:meshes]
     runs = {name: runs[name] for pair in pairs for name in pair}
+    steps = 8 if meshes == 2 else 4
     for name, extra in runs.items():
         (tmp_path / name).mkdir()
-        res = run_cli(["fit", "--config", config, *SMALL, *extra, *options, "--model.backbone_overrides",
+        res = run_cli(["fit", "--config", config, *SMALL, "--trainer.max_steps", str(steps), *extra, *options,
+                       "--model.backbone_overrides",
                        "{dropout: 0.0, attention_dropout: 0.0, ffn_dropout: 0.0}"], cwd=tmp_path / name)
         assert res.returncode == 0, res.stderr[-3000:]
     for reference, name in pairs:
         expected, split = _train_losses(tmp_path / reference / "runs"), _train_losses(tmp_path / name / "runs")
-        assert len(expected) == len(split) == 8
+        assert len(expected) == len(split) == steps
         assert max(abs(a - b) for a, b in zip(expected, split)) < 1e-4, (name, expected, split)
         (a,) = list((tmp_path / reference).rglob("last.ckpt"))
         (b,) = list((tmp_path / name).rglob("last.ckpt"))
@@ -209,12 +212,11 @@ def test_mixed_precision_clips_gradients_with_the_fused_optimizer(precision):
 def test_checkpoints_resume_across_world_sizes_and_layouts(tmp_path):
     """4 steps, a checkpoint, then `--ckpt_path` to step 8 under another layout: FSDP2 over 2 processes (global batch
     2 x 8) resumed in one process (batch 16), one process resumed under FSDP2, tensor parallelism over 2 processes
-    (both read the batch of 16) resumed in one, one process resumed under tensor parallelism, and on a 2 x 2 (data x
-    tensor) mesh of 4. Each equals the same 4 + 4 steps in one process, in its losses and in its final weights and
-    Adam moments (measured: at most 6e-6 apart; the q/k/v moments loaded by Lightning's own loader alone are 1e-3
-    off, see `scale.reslice_strided_shards`), and every checkpoint names the recipe's class (not FSDP2's
-    `FSDPCausalLM` wrapper). (The first leg's max_steps sets its learning-rate schedule, hence a two-leg
-    reference.)"""
+    (both read the batch of 16) resumed in one, and one process resumed on a 2 x 2 (data x tensor) mesh of 4. Each
+    equals the same 4 + 4 steps in one process, in its losses and in its final weights and Adam moments (measured: at
+    most 6e-6 apart; the q/k/v moments loaded by Lightning's own loader alone are 1e-3 off, see
+    `scale.reslice_strided_shards`), and every checkpoint names the recipe's class (not FSDP2's `FSDPCausalLM`
+    wrapper). (The first leg's max_steps sets its learning-rate schedule, hence a two-leg reference.)"""
     config = str(ROOT / "configs" / "gpt2.yaml")
     layouts = {
         "single": ["--data.batch_size", "16"],
@@ -224,7 +226,7 @@ def test_checkpoints_resume_across_world_sizes_and_layouts(tmp_path):
     }
     losses, finals = {}, {}
     for first, second in (("single", "single"), ("fsdp", "single"), ("single", "fsdp"), ("tp", "single"),
-                          ("single", "tp"), ("single", "dp2-tp2")):
+                          ("single", "dp2-tp2")):
         name = f"{first}-{second}"
         (tmp_path / name).mkdir()
         res = run_cli(["fit", "--config", config, *layouts[first], *SMALL, "--trainer.max_steps", "4"],
