@@ -41,6 +41,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Encoder, LMHead
 from plm_lightning.nn.flops import training_flops
+from plm_lightning.objectives import scale
 from plm_lightning.objectives.base import PretrainingModule
 
 SEARCHES = ("exact", "faiss")
@@ -262,10 +263,13 @@ class REALM(PretrainingModule):
         return joined, valid.long(), (valid & ~in_query).long()
 
     def ict_loss(self, batch: dict[str, Tensor]) -> Tensor:
-        """Inverse Cloze Task (Lee et al. 2019, eq. 2): each sentence against every context of the batch."""
+        """Inverse Cloze Task (Lee et al. 2019, eq. 2): each sentence against every context of the (global) batch:
+        under data parallelism the contexts of every rank are gathered, so the negatives do not shrink with the
+        per-rank batch."""
         q = self.embed_queries(batch["ict_query_ids"], batch["ict_query_mask"])
         c = self.embed_documents(batch["ict_context_ids"], batch["ict_context_mask"])
-        return F.cross_entropy((q @ c.T).float(), torch.arange(len(q), device=q.device))
+        contexts, offset = scale.gather_data_parallel(c, self._trainer)
+        return F.cross_entropy((q @ contexts.T).float(), torch.arange(len(q), device=q.device) + offset)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         self._refresh_if_due()

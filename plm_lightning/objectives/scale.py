@@ -7,8 +7,10 @@ torch.compile, FSDP2.
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+from plm_lightning.data.sampling import data_replicas
 
 
 def apply_activation_checkpointing(stack: nn.Module) -> None:
@@ -202,6 +204,25 @@ def apply_fully_shard(module: nn.Module, mesh) -> None:  # noqa: ANN001
         for block in stack.layers:
             fully_shard(block, mesh=dp_mesh, shard_placement_fn=fsdp_placement)
     fully_shard(module, mesh=dp_mesh, shard_placement_fn=fsdp_placement)
+
+
+def gather_data_parallel(t: Tensor, trainer) -> tuple[Tensor, int]:  # noqa: ANN001
+    """``t`` ``[n, ...]`` of every data-parallel rank concatenated in rank order, with gradients flowing back to each
+    rank's part (``torch.distributed.nn.functional.all_gather``), and the offset of this rank's rows: what one
+    process holding the whole batch would see (in-batch negatives of a contrastive loss). Tensor-parallel ranks of
+    one group hold the same rows and are not gathered. Every rank's ``n`` must be equal (training loaders drop the
+    last, short batch)."""
+    import torch.distributed as dist
+
+    replicas, rank = data_replicas(trainer)
+    if replicas == 1 or not dist.is_available() or not dist.is_initialized():
+        return t, 0
+    from torch.distributed.nn.functional import all_gather
+
+    mesh = getattr(trainer.strategy, "device_mesh", None) if trainer is not None else None
+    group = mesh["data_parallel"].get_group() if mesh is not None and "data_parallel" in (
+        mesh.mesh_dim_names or ()) else dist.group.WORLD
+    return torch.cat(all_gather(t.contiguous(), group=group)), rank * t.shape[0]
 
 
 def numbers_by_module_order(trainer) -> bool:  # noqa: ANN001
