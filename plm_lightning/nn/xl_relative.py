@@ -102,8 +102,12 @@ class RelativeSelfAttention(MultiHeadAttention):
         if self.sliceable:
             w = self.qkv_proj.weight
             q, kv = F.linear(source, w[:h]), F.linear(keys, w[h:])
-        else:  # split by tensor parallelism: whole projections of this rank's heads, through the module
-            q, kv = self.qkv_proj(source)[..., :h], self.qkv_proj(keys)[..., h:]
+        else:  # split by tensor parallelism: whole projections of this rank's heads, through the module, once
+            projected = self.qkv_proj(keys)  # x's rows are the last of the keys
+            own = projected[:, projected.shape[1] - x.shape[1]:, :h]
+            q = self.qkv_proj(query)[..., :h] if query is not None else (
+                take_rows(own, query_index) if query_index is not None else own)
+            kv = projected[..., h:]
         q = self._heads(q)
         k, v = (self._heads(t) for t in kv.split(h, dim=-1))
         u, v_bias, s_bias, s_embed = (local_heads(p) for p in (self.content_bias, self.position_bias,
