@@ -66,7 +66,10 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
     like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a generator; Transformer-XL its W_R (split
     by columns), u and v (by heads) and a memory; XLNet two streams and the segment terms; ERNIE (THU)
     knowledge-fusion layers (token and entity attention, the fusion split by columns then rows). No dropout of any
-    kind: the split feed-forward would draw other masks."""
+    kind: the split feed-forward would draw other masks. Checkpoint tensors agree within 1e-4 but for at most 0.1% of
+    their elements, none past 1e-2: Adam turns float noise in a gradient near its eps (a rarely used row of T5's tied
+    embeddings) into a step-sized difference (measured up to 8.6e-5, once past 1e-4 in CI); a layout error moves whole
+    rows (0.1 in every q/k/v weight)."""
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     tp = ["--config", str(ROOT / "configs" / "strategy" / "tp.yaml")]
     runs = {"single": ["--data.batch_size", "16"], "tp": [*tp, "--data.batch_size", "16"],
@@ -90,7 +93,9 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
         a, b = _state(a), _state(b)
         assert a.keys() == b.keys()
         for key in a:
-            assert a[key].shape == b[key].shape and torch.allclose(a[key], b[key], atol=1e-4), (name, key)
+            assert a[key].shape == b[key].shape, (name, key)
+            off = (a[key] - b[key]).abs()
+            assert off.max() < 1e-2 and (off > 1e-4).float().mean() < 1e-3, (name, key, off.max().item())
 
 
 def test_model_parallel_strategy_refuses_models_without_blocks(tmp_path):
