@@ -8,6 +8,9 @@ in place into ``d loss / d logits = (softmax - onehot) / N`` and multiplied into
 of the unfused head (one matmul forward, two backward); what goes is the memory (a 50k vocabulary over 8 x 1024
 tokens: 1.6 GB of fp32 logits, again for their log-softmax and again for its gradient) and the time spent writing and
 reading it. Argmax predictions and per-row losses come out as by-products for the metrics.
+
+On CPU a chunk's logits are further made in blocks of the vocabulary, each its own ``[rows, block]`` matrix, and their
+softmax is assembled from the blocks' maxima and sums (online softmax); see ``VOCAB_BLOCK``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,21 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-CHUNK_ELEMENTS = {"cpu": 1 << 25, "cuda": 1 << 28}
-"""Most logits per chunk by device: 32M floats (128 MB) on CPU, where every chunk adds its rank-``rows`` update to the
+CHUNK_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
+"""Most logits per chunk by device: 64M floats (256 MB) on CPU, where every chunk adds its rank-``rows`` update to the
 whole fp32 ``[V, H]`` weight gradient, a pass over memory that small chunks repeat (BART-base's 50k head over 1024
 tokens, forward and backward on 2 threads: 4.29 s with 8M-float chunks of 166 rows, 4.03 s with 32M, 4.16 s
-unfused); 256M (1 GiB) on CUDA, where each chunk costs a dozen kernel launches and a pass over the weight gradient,
-so few large chunks are faster (a 50k vocabulary over 16k tokens: 4 chunks, not 98)."""
+unfused; with vocabulary blocks, 64M chunks took 0.95 of the time of 32M); 256M (1 GiB) on CUDA, where each chunk
+costs a dozen kernel launches and a pass over the weight gradient, so few large chunks are faster (a 50k vocabulary
+over 16k tokens: 4 chunks, not 98)."""
+
+VOCAB_BLOCK = {"cpu": 2048}
+"""Most vocabulary columns per logits matrix by device (the whole vocabulary where absent). On CPU (oneDNN/MKL,
+2 threads) a ``[rows, 50265]`` logits GEMM ``h @ W^T`` ran at 113-125 GFLOP/s for 667 to 1335 rows, and at 176-181
+GFLOP/s made as ``[rows, 2048]`` matrices (the same GEMM written into column slices of one ``[rows, V]`` buffer stayed
+at 120: it is the long output rows, not the GEMM's shape); the two backward GEMMs run at 190-200 either way. The
+whole head of BART-base over 1024 tokens took 0.86-0.92 of the time of one whole-vocabulary chunk; a 32k vocabulary,
+whose whole-width GEMM is not slow (164 GFLOP/s), took 1.02 of it. On CUDA one kernel per matrix is best."""
 
 
 class LMLoss(NamedTuple):
@@ -34,14 +46,51 @@ class LMLoss(NamedTuple):
     """Each row's cross-entropy, fp32 (no gradient)."""
 
 
+def _softmax_blocks(h: Tensor, w: Tensor, bias: Tensor | None, targets: Tensor, blocks: list[tuple[int, int]]
+                    ) -> tuple[list[Tensor], Tensor, Tensor, Tensor, Tensor]:
+    """One row chunk's logits ``h W^T + b``, made one vocabulary block at a time: each block turned in place into
+    ``exp(logits - block max)`` and the block maxima and sums combined into the log-sum-exp (the online softmax of
+    Milakov & Gimelshein 2018, eq. 4, over blocks). Returns the blocks, each row's factor per block that turns them
+    into the softmax (``[rows, blocks]``), the log-sum-exp, the argmax and the target logit."""
+    exps, maxima, sums, argmaxes, target = [], [], [], [], torch.zeros(len(targets), device=h.device)
+    for s, e in blocks:
+        logits = (h @ w[s:e].t()).float()
+        if bias is not None:
+            logits += bias[s:e].float()
+        best, argmax = logits.max(-1)  # one pass for the max and the argmax
+        inside = (targets >= s) & (targets < e)  # masks, not indices: no device sync on CUDA
+        target = torch.where(inside, logits.gather(1, (targets - s).clamp(0, e - s - 1)[:, None]).squeeze(1), target)
+        exps.append(logits.sub_(best[:, None]).exp_())
+        maxima.append(best)
+        sums.append(exps[-1].sum(-1))
+        argmaxes.append(argmax + s)
+    block_max = torch.stack(maxima, 1)
+    top, which = block_max.max(1)
+    factors = (block_max - top[:, None]).exp_()  # exp(block max - row max)
+    total = (torch.stack(sums, 1) * factors).sum(1)
+    factors /= total[:, None]
+    return exps, factors, top + total.log(), torch.stack(argmaxes, 1).gather(1, which[:, None]).squeeze(1), target
+
+
+def _write_or_add(out: Tensor, a: Tensor, b: Tensor, write: bool) -> None:
+    """``out = a @ b`` if ``write`` else ``out += a @ b``; in ``out``'s fp32 when ``a`` and ``b`` are not."""
+    if a.dtype == out.dtype:
+        torch.mm(a, b, out=out) if write else out.addmm_(a, b)
+    elif write:
+        out.copy_(a @ b)
+    else:
+        out += a @ b
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,  # noqa: ANN001
-                rows: int, grads: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+                rows: int, block: int, grads: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
         n = hidden.shape[0]
         token_losses = torch.empty(n, dtype=torch.float32, device=hidden.device)
         predictions = torch.empty(n, dtype=torch.long, device=hidden.device)
         w = weight.to(dtype)
+        blocks = [(s, min(s + block, weight.shape[0])) for s in range(0, weight.shape[0], block)]
         grad_hidden = torch.empty_like(hidden) if grads else None
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device) if grads else None
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if grads and bias is not None \
@@ -49,29 +98,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, n, rows):
                 h, t = hidden[start:start + rows].to(dtype), targets[start:start + rows]
-                logits = (h @ w.t()).float()
-                if bias is not None:
-                    logits += bias.float()
-                # one pass for the max and the argmax, then exp(logits - max) in place: lse = max + log(sum)
-                best, predictions[start:start + rows] = logits.max(-1)
-                target = logits.gather(1, t[:, None]).squeeze(1)
-                probs = logits.sub_(best[:, None]).exp_()
-                total = probs.sum(-1)
-                token_losses[start:start + rows] = best + total.log() - target
+                exps, factors, lse, predictions[start:start + rows], target = _softmax_blocks(h, w, bias, t, blocks)
+                token_losses[start:start + rows] = lse - target
                 if not grads:
                     continue
-                probs.mul_((1.0 / (total * n))[:, None])  # d loss / d logits, in place: (softmax - onehot) / n
-                probs[torch.arange(len(t), device=t.device), t] -= 1.0 / n
-                if grad_bias is not None:
-                    grad_bias += probs.sum(0)
-                g = probs.to(dtype)
-                grad_hidden[start:start + rows] = (g @ w).to(hidden.dtype)
-                if start == 0:  # the first chunk writes the gradient (no zero-fill of a [V, H] buffer)
-                    torch.mm(g.t(), h, out=grad_weight) if dtype == torch.float32 else grad_weight.copy_(g.t() @ h)
-                elif dtype == torch.float32:
-                    grad_weight.addmm_(g.t(), h)
-                else:
-                    grad_weight += (g.t() @ h).float()
+                direct = hidden.dtype == torch.float32
+                grad_h = grad_hidden[start:start + rows] if direct else torch.empty(h.shape, device=h.device)
+                for i, ((s, e), probs) in enumerate(zip(blocks, exps)):
+                    probs.mul_(factors[:, i:i + 1] / n)  # d loss / d logits, in place: (softmax - onehot) / n
+                    inside = ((t >= s) & (t < e)).float()
+                    probs.scatter_add_(1, (t - s).clamp(0, e - s - 1)[:, None], -inside[:, None] / n)
+                    if grad_bias is not None:
+                        grad_bias[s:e] += probs.sum(0)
+                    g = probs.to(dtype)
+                    _write_or_add(grad_h, g, w[s:e], i == 0)
+                    _write_or_add(grad_weight[s:e], g.t(), h, start == 0)  # the first chunk writes: no zero-fill
+                if not direct:
+                    grad_hidden[start:start + rows] = grad_h.to(hidden.dtype)
         if grad_weight is not None and n == 0:
             grad_weight.zero_()
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
@@ -96,11 +139,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if grad_bias is not None:
             grad_bias.mul_(grad_loss)
         return (grad_hidden, grad_weight.to(ctx.weight_dtype),
-                None if grad_bias is None else grad_bias.to(ctx.bias_dtype), None, None, None, None)
+                None if grad_bias is None else grad_bias.to(ctx.bias_dtype), None, None, None, None, None)
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                         chunk_elements: int | None = None) -> LMLoss:
+                         chunk_elements: int | None = None, vocab_block: int | None = None) -> LMLoss:
     """Mean ``CE(hidden W^T + bias, targets)`` over the rows of ``hidden`` ``[N, H]``, chunked (module docstring).
 
     Under autocast the matmuls run in the autocast dtype and the softmax in fp32, as autocast would run the unfused
@@ -112,5 +155,7 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, ta
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     chunk_elements = chunk_elements or CHUNK_ELEMENTS.get(device, CHUNK_ELEMENTS["cuda"])
     rows = max(1, chunk_elements // weight.shape[0])
-    loss, predictions, token_losses = _LinearCrossEntropy.apply(hidden, weight, bias, targets, rows, grads, dtype)
+    block = vocab_block or VOCAB_BLOCK.get(device) or weight.shape[0]
+    loss, predictions, token_losses = _LinearCrossEntropy.apply(hidden, weight, bias, targets, rows, block, grads,
+                                                                dtype)
     return LMLoss(loss, predictions, token_losses)
