@@ -43,7 +43,10 @@ def _hf_t5(v1_1: bool) -> torch.nn.Module:
     cfg = T5Config(vocab_size=VOCAB, d_model=768, d_kv=64, d_ff=2048 if v1_1 else 3072, num_layers=12, num_heads=12,
                    feed_forward_proj="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1,
                    dropout_rate=0.0 if v1_1 else 0.1, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    return T5ForConditionalGeneration(cfg).train()
+    model = T5ForConditionalGeneration(cfg).train()
+    if v1_1:  # transformers >= 5 ties every T5's head to its embeddings; T5.1.1's is its own matrix (as ours)
+        model.lm_head.weight = torch.nn.Parameter(model.shared.weight.detach().clone())
+    return model
 
 
 def _versus_hf(make_ours, make_hf, hf_stacks, d: dict, repeats: int, name: str, counterpart: str,  # noqa: ANN001
