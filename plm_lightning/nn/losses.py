@@ -24,17 +24,18 @@ CHUNK_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
 """Most logits per chunk by device: 64M floats (256 MB) on CPU, where every chunk adds its rank-``rows`` update to the
 whole fp32 ``[V, H]`` weight gradient, a pass over memory that small chunks repeat (BART-base's 50k head over 1024
 tokens, forward and backward on 2 threads: 4.29 s with 8M-float chunks of 166 rows, 4.03 s with 32M, 4.16 s
-unfused; with vocabulary blocks, 64M chunks took 0.95 of the time of 32M); 256M (1 GiB) on CUDA, where each chunk
+unfused; with vocabulary blocks, 64M chunks took 0.97-0.98 of the time of 32M); 256M (1 GiB) on CUDA, where each chunk
 costs a dozen kernel launches and a pass over the weight gradient, so few large chunks are faster (a 50k vocabulary
 over 16k tokens: 4 chunks, not 98)."""
 
 VOCAB_BLOCK = {"cpu": 2048}
-"""Most vocabulary columns per logits matrix by device (the whole vocabulary where absent). On CPU (oneDNN/MKL,
-2 threads) a ``[rows, 50265]`` logits GEMM ``h @ W^T`` ran at 113-125 GFLOP/s for 667 to 1335 rows, and at 176-181
+"""Most vocabulary columns per logits matrix by device (the whole vocabulary where absent). On CPU (2 threads)
+a ``[rows, 50265]`` logits GEMM ``h @ W^T`` ran at 113-125 GFLOP/s for 667 to 1335 rows, and at 176-181
 GFLOP/s made as ``[rows, 2048]`` matrices (the same GEMM written into column slices of one ``[rows, V]`` buffer stayed
 at 120: it is the long output rows, not the GEMM's shape); the two backward GEMMs run at 190-200 either way. The
 whole head of BART-base over 1024 tokens took 0.86-0.92 of the time of one whole-vocabulary chunk; a 32k vocabulary,
-whose whole-width GEMM is not slow (164 GFLOP/s), took 1.02 of it. On CUDA one kernel per matrix is best."""
+whose whole-width GEMM is not slow (164 GFLOP/s), took 1.02 of it; a whole BART-base training step, 0.92. On CUDA one
+kernel per matrix is best."""
 
 
 class LMLoss(NamedTuple):
