@@ -2,6 +2,7 @@
 corruption collator's cost as a share of one training step.
 
     python -m benchmarks.seq2seq_recipes [--threads 2] [--repeats 6] [--batch 8] [--seq 128] [--compile]
+                                        [--matmul-ceiling]
 
 - T5-base span corruption (seq inputs, T5's target length) vs ``T5ForConditionalGeneration``.
 - T5.1.1-base (GeGLU, untied head, no dropout) vs ``T5ForConditionalGeneration`` (gated-gelu).
@@ -11,6 +12,11 @@ corruption collator's cost as a share of one training step.
   functions) over the seconds of one T5-base / BART-base training step on it; the issue's goal is <= 5%.
 
 ``--compile`` adds both models with every block of both stacks compiled, timed in the same rounds.
+``--matmul-ceiling`` adds, in the same rounds, each step's dense matrix products alone (recorded from one step and
+replayed on operands of the same layouts, four of each dealt out in turn: ``benchmarks.common.matmul_replay``): the
+share of each step they take, and ``ceiling_speedup_ours_over_hf``, HF's step over ours' products alone, the speedup
+ours would reach if everything but its matrix products (norms, activations, attention kernels, the optimizer, the
+framework itself) cost nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.common import interleaved_timing, step_parser
+from benchmarks.common import interleaved_timing, matmul_replay, record_matmuls, step_parser
 from benchmarks.train_throughput import _step_fn, _variants
 from plm_lightning.data import BARTCollator, SpanCorruptionCollator
 from plm_lightning.data.corruption.bart_noise import BARTNoise
@@ -50,16 +56,20 @@ def _hf_t5(v1_1: bool) -> torch.nn.Module:
 
 
 def _versus_hf(make_ours, make_hf, hf_stacks, d: dict, repeats: int, name: str, counterpart: str,  # noqa: ANN001
-               compiled: bool = False) -> dict:
+               compiled: bool = False, ceiling: bool = False) -> dict:
     """One training step of each on the same batch, interleaved (and of each with compiled blocks when
-    ``compiled``); tokens = encoder + decoder tokens."""
+    ``compiled``, and each one's matrix products alone when ``ceiling``); tokens = encoder + decoder tokens."""
 
     def hf_loss(hf: torch.nn.Module) -> torch.Tensor:
         return hf(input_ids=d["input_ids"], attention_mask=d["attention_mask"], decoder_input_ids=d["decoder_input_ids"],
                   decoder_attention_mask=d["decoder_attention_mask"], labels=d["labels"], use_cache=False).loss
 
-    t = interleaved_timing(_variants(make_ours, make_hf, hf_stacks, lambda m: m(**d)["loss"], hf_loss, compiled),
-                           repeats=repeats, warmup=3 if compiled else 2)
+    fns = _variants(make_ours, make_hf, hf_stacks, lambda m: m(**d)["loss"], hf_loss, compiled)
+    if ceiling:
+        fns["ours"](), fns["hf"]()  # record a step after the optimizer's state exists
+        fns["ours_matmuls"] = matmul_replay(record_matmuls(fns["ours"]), copies=4)
+        fns["hf_matmuls"] = matmul_replay(record_matmuls(fns["hf"]), copies=4)
+    t = interleaved_timing(fns, repeats=repeats, warmup=3 if compiled else 2)
     tokens = int(d["attention_mask"].sum() + d["decoder_attention_mask"].sum())
     out = {"benchmark": name, "counterpart": counterpart, "threads": torch.get_num_threads()}
     for k, v in t.items():
@@ -67,6 +77,10 @@ def _versus_hf(make_ours, make_hf, hf_stacks, d: dict, repeats: int, name: str, 
         out[f"{k}_s_per_step_median"] = round(v["median"], 4)
     out["speedup_ours_over_hf"] = round(t["hf"]["ratio_to_first"], 3)
     out["speedup_ours_over_hf_by_min"] = round(t["hf"]["min"] / t["ours"]["min"], 3)  # noise only ever adds time
+    if ceiling:
+        for k in ("ours", "hf"):
+            out[f"{k}_matmul_share_of_step"] = round(t[f"{k}_matmuls"]["median"] / t[k]["median"], 3)
+        out["ceiling_speedup_ours_over_hf"] = round(t["hf"]["median"] / t["ours_matmuls"]["median"], 3)
     if compiled:
         out["speedup_ours_compiled_over_hf_compiled"] = round(t["hf_compiled"]["median"] / t["ours_compiled"]["median"], 3)
         out["speedup_of_compile_ours"] = round(t["ours"]["median"] / t["ours_compiled"]["median"], 3)
@@ -74,7 +88,7 @@ def _versus_hf(make_ours, make_hf, hf_stacks, d: dict, repeats: int, name: str, 
     return out
 
 
-def t5(batch: int, seq: int, repeats: int, v1_1: bool, compiled: bool = False) -> dict:
+def t5(batch: int, seq: int, repeats: int, v1_1: bool, compiled: bool = False, ceiling: bool = False) -> dict:
     raw, _ = raw_length_for(seq, 0.15, 3.0)
     collate = SpanCorruptionCollator(sentinel_ids(VOCAB, 100), eos_id=1, pad_id=0)
     d = collate(_samples(batch, raw))
@@ -82,7 +96,7 @@ def t5(batch: int, seq: int, repeats: int, v1_1: bool, compiled: bool = False) -
     return _versus_hf(lambda: Seq2SeqLM(backbone="t5-v1_1-base" if v1_1 else "t5-base", vocab_size=VOCAB).train(),
                       lambda: _hf_t5(v1_1), _hf_blocks, d, repeats,
                       f"{name} span corruption ({seq} in / {d['labels'].shape[1]} out)", "T5ForConditionalGeneration",
-                      compiled)
+                      compiled, ceiling)
 
 
 def _hf_blocks(hf: torch.nn.Module) -> list[torch.nn.ModuleList]:
@@ -112,7 +126,7 @@ def _bart_collator() -> BARTCollator:
                         random_ids=np.arange(4, BART_VOCAB - 1))
 
 
-def bart(batch: int, seq: int, repeats: int, compiled: bool = False) -> dict:
+def bart(batch: int, seq: int, repeats: int, compiled: bool = False, ceiling: bool = False) -> dict:
     from transformers import BartConfig, BartForConditionalGeneration
 
     d = _bart_collator()(_bart_samples(batch, seq))
@@ -122,7 +136,7 @@ def bart(batch: int, seq: int, repeats: int, compiled: bool = False) -> dict:
     return _versus_hf(lambda: Seq2SeqLM(backbone="bart-base", vocab_size=BART_VOCAB, decoder_start_token="eos").train(),
                       lambda: BartForConditionalGeneration(config).train(), _hf_blocks, d, repeats,
                       f"BART-base denoising ({d['input_ids'].shape[1]} in / {seq} out)", "BartForConditionalGeneration",
-                      compiled)
+                      compiled, ceiling)
 
 
 def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> dict:
@@ -156,11 +170,14 @@ def collator_share(batch: int, seq: int, repeats: int, recipe: str = "t5") -> di
 def main() -> None:
     parser = step_parser(["t5", "t5-v1_1", "bart", "collator", "bart-collator"])
     parser.add_argument("--compile", action="store_true", help="also time both models with compiled blocks")
+    parser.add_argument("--matmul-ceiling", action="store_true",
+                        help="also time each step's matrix products alone (the speedup ours could reach)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False, args.compile),
-            "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True, args.compile),
-            "bart": lambda: bart(args.batch, args.seq, args.repeats, args.compile),
+    ceiling = args.matmul_ceiling
+    runs = {"t5": lambda: t5(args.batch, args.seq, args.repeats, False, args.compile, ceiling),
+            "t5-v1_1": lambda: t5(args.batch, args.seq, args.repeats, True, args.compile, ceiling),
+            "bart": lambda: bart(args.batch, args.seq, args.repeats, args.compile, ceiling),
             "collator": lambda: collator_share(args.batch, args.seq, args.repeats),
             "bart-collator": lambda: collator_share(args.batch, args.seq, args.repeats, "bart")}
     for name in args.only:
