@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from collections.abc import Callable
+
+import torch
 
 
 def interleaved_timing(fns: dict[str, Callable[[], None]], warmup: int = 2, repeats: int = 6) -> dict[str, dict]:
@@ -42,10 +45,13 @@ def step_parser(choices: list[str]) -> argparse.ArgumentParser:
 MATMULS = ("mm", "addmm", "addmm_", "bmm", "baddbmm")
 
 
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.dtype
+
+
 def record_matmuls(fn: Callable[[], None]) -> list[tuple]:
     """The dense matrix products one call of ``fn`` runs (forward, backward, optimizer): each aten op with its
-    operands' shapes and strides, in order. SDPA's kernels and the other ops are left out."""
-    import torch
+    operands' layouts (shape, strides, dtype), in order. SDPA's kernels and the other ops are left out."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     calls: list[tuple] = []
@@ -53,9 +59,8 @@ def record_matmuls(fn: Callable[[], None]) -> list[tuple]:
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
             if func.__name__.split(".")[0] in MATMULS:
-                calls.append((func, [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
-                                     for a in args], {k: (tuple(v.shape), v.stride()) for k, v in (kwargs or {}).items()
-                                                      if isinstance(v, torch.Tensor)}))
+                calls.append((func, [_layout(a) if isinstance(a, torch.Tensor) else a for a in args],
+                              {k: _layout(v) for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)}))
             return func(*args, **(kwargs or {}))
 
     with Recorder():
@@ -69,23 +74,19 @@ def matmul_replay(calls: list[tuple], copies: int = 1) -> Callable[[], None]:
     matrix products. Operands are made once per layout and shared by the calls of that layout, which keeps them
     warm in the caches; ``copies`` > 1 makes that many of each and deals them out in turn, so consecutive calls of
     a layout read other memory, as the step's distinct activations and weights do."""
-    import itertools
-
-    import torch
-
     operands: dict[tuple, torch.Tensor] = {}
     turn: dict[tuple, itertools.cycle] = {}
 
     def operand(layout: tuple) -> torch.Tensor:
         key = (layout, next(turn.setdefault(layout, itertools.cycle(range(copies)))))
         if key not in operands:  # over random storage (a layout may be broadcast: stride 0)
-            shape, stride = layout
-            operands[key] = torch.randn(1 + sum((n - 1) * st for n, st in zip(shape, stride))).as_strided(
+            shape, stride, dtype = layout
+            operands[key] = torch.randn(1 + sum((n - 1) * st for n, st in zip(shape, stride)), dtype=dtype).as_strided(
                 shape, stride)
         return operands[key]
 
     def build(x: object) -> object:
-        return operand(x) if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple) else x
+        return operand(x) if isinstance(x, tuple) and len(x) == 3 and isinstance(x[0], tuple) else x
 
     prepared = [(func, [build(a) for a in args], {k: operand(v) for k, v in kwargs.items()})
                 for func, args, kwargs in calls]

@@ -24,11 +24,14 @@ def test_matmul_replay_runs_exactly_the_recorded_products() -> None:
     # forward: addmm (the linear with a bias), mm (the head); backward: each layer's input and weight gradients
     assert ops == ["addmm.default", "bmm.default", "mm.default", "mm.default", "mm.default", "mm.default",
                    "mm.default", "mm.out"]
-    assert any(kwargs == {"out": ((5, 16), (16, 1))} for _, _, kwargs in calls)
-    assert calls[0][1] == [((16,), (1,)), ((4, 8), (8, 1)), ((8, 16), (1, 8))]  # bias, x, weight.t() (a view)
+    f32 = torch.float32
+    assert any(kwargs == {"out": ((5, 16), (16, 1), f32)} for _, _, kwargs in calls)
+    assert calls[0][1] == [((16,), (1,), f32), ((4, 8), (8, 1), f32), ((8, 16), (1, 8), f32)]  # bias, x, weight.t()
 
     replayed = record_matmuls(matmul_replay(calls))
     assert [(f, args, kwargs) for f, args, kwargs in replayed] == calls
+    bf16 = record_matmuls(lambda: torch.randn(4, 8, dtype=torch.bfloat16) @ torch.randn(8, 2, dtype=torch.bfloat16))
+    assert record_matmuls(matmul_replay(bf16)) == bf16 and bf16[0][1][0][2] == torch.bfloat16
 
 
 def test_matmul_replay_deals_out_copies_of_each_layout_in_turn() -> None:
