@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +14,14 @@ from torch.utils.data import Dataset
 from plm_lightning.data.block_cache import build_or_load
 from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
 from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
+from plm_lightning.data.corpus_files import DEFAULT_PARTITION_BYTES, Partition, sample_documents
+from plm_lightning.data.corpus_packing import (
+    PackingJob,
+    available_cores,
+    corpus_partitions,
+    load_shards,
+    prepare_shards,
+)
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
@@ -76,6 +85,9 @@ class TextDataModule(L.LightningDataModule):
         word_segmenter: Literal["tokenizer", "jieba"] = "tokenizer",
         streaming: list[str] | None = None,
         streaming_weights: list[float] | None = None,
+        preparation_workers: int | None = None,
+        partition_bytes: int = DEFAULT_PARTITION_BYTES,
+        tokenizer_train_bytes: int = 256 << 20,
     ) -> None:
         """
         Args:
@@ -102,6 +114,12 @@ class TextDataModule(L.LightningDataModule):
                 gs://, ...) written by ``python -m plm_lightning optimize`` (``plm_lightning.data.streaming``);
                 several are mixed by ``streaming_weights``. Resumes mid-epoch at the same sample.
             streaming_weights: Sampling weight of each ``streaming`` corpus (default: by size).
+            preparation_workers: Processes that tokenize and pack a corpus on disk into shards (default: one per
+                CPU core). The shards are the same for any number (``plm_lightning.data.corpus_packing``).
+            partition_bytes: Text per partition of a corpus on disk: the unit of work of the preparation workers and
+                nodes, and one shard of packed blocks each (part of what the shards depend on).
+            tokenizer_train_bytes: Text a tokenizer kind is trained on: the corpus if smaller, else this many bytes
+                spread over all of its partitions.
         """
         super().__init__()
         if packing not in PACKING_MODES:
@@ -113,6 +131,10 @@ class TextDataModule(L.LightningDataModule):
             raise ConfigError(f"data.seq_len={seq_len} is too short; use at least 8 tokens")
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={val_fraction} must be in [0, 1)")
+        for key, value in (("partition_bytes", partition_bytes), ("tokenizer_train_bytes", tokenizer_train_bytes),
+                           ("preparation_workers", 1 if preparation_workers is None else preparation_workers)):
+            if value < 1:
+                raise ConfigError(f"data.{key}={value} must be a positive integer")
         if word_segmenter not in ("tokenizer", "jieba"):
             raise ConfigError(f"data.word_segmenter={word_segmenter!r} is not one of tokenizer, jieba")
         self.word_segmenter = word_segmenter
@@ -126,6 +148,9 @@ class TextDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self._tokenizer: TextTokenizer | None = None
         self._documents: tuple[list[str], str] | None = None
+        self.preparation_workers = preparation_workers or available_cores()
+        self.partition_bytes, self.tokenizer_train_bytes = partition_bytes, tokenizer_train_bytes
+        self._partitions: tuple[list[Partition], str] | None | bool = False  # False: not planned yet
         self.blocks: dict[str, PackedBlocks] = {}
 
     # -- text and tokenizer -------------------------------------------------------------------------------------
@@ -134,13 +159,27 @@ class TextDataModule(L.LightningDataModule):
             self._documents = load_documents(self.source, self.text_field, self.split_name, self.max_documents)
         return self._documents
 
+    def partitions(self) -> tuple[list[Partition], str] | None:
+        """The partitions and fingerprint of a corpus on disk, read as a stream (``corpus_files``); None for a corpus
+        built in memory (the embedded corpus, the knowledge world) and with ``max_documents``."""
+        if self._partitions is False:
+            self._partitions = (None if self.max_documents is not None else
+                                corpus_partitions(self.source, self.text_field, self.split_name, self.partition_bytes))
+        return self._partitions
+
+    def _tokenizer_texts(self) -> Iterable[str]:
+        planned = self.partitions()
+        if planned is None:
+            return self.documents()[0]
+        return sample_documents(planned[0], self.text_field, self.tokenizer_train_bytes)
+
     @property
     def tokenizer(self) -> TextTokenizer:
         if self._tokenizer is None:
             if self.streaming is not None and self.tokenizer_spec in KINDS:  # the streams' own tokenizer
                 self.tokenizer_spec = stream_tokenizer(self.streaming[0])
-            fingerprint = self._fingerprint() if self.tokenizer_spec in KINDS else ""
-            tok = get_tokenizer(self.tokenizer_spec, lambda: self.documents()[0], self.vocab_size_to_train,
+            fingerprint = self._tokenizer_fingerprint() if self.tokenizer_spec in KINDS else ""
+            tok = get_tokenizer(self.tokenizer_spec, self._tokenizer_texts, self.vocab_size_to_train,
                                 self.cache_dir, fingerprint)
             tok.require(self.required_special_tokens, f"{type(self).__name__} (packing={self.packing})")
             self._tokenizer = tok
@@ -159,14 +198,33 @@ class TextDataModule(L.LightningDataModule):
             for uri in self.streaming:  # nothing to build: the streams' packing must be the recipe's
                 check_stream_meta(uri, read_meta(uri), self.packing, self.packed_length())
             return
-        self.blocks = build_or_load(
-            lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
-            self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
-            self.word_segmenter,
-        )
+        if self.streams_from_disk():
+            self.blocks = self._packed_shards()
+        else:
+            self.blocks = build_or_load(
+                lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
+                self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
+                self.word_segmenter,
+            )
         if len(self.blocks["train"]) == 0:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.packed_length()}-token "
                               f"training block with packing={self.packing}; add text or lower data.seq_len")
+
+    def streams_from_disk(self) -> bool:
+        """Whether the blocks are packed from a corpus on disk into shards as it streams (every recipe on a file
+        or dataset source, but ERNIE's knowledge units, which are fitted on the whole corpus at once)."""
+        return self.partitions() is not None and self.knowledge_spec() is None
+
+    def packing_job(self) -> PackingJob:
+        """What the preparation workers need to pack this recipe's blocks from any partition."""
+        return PackingJob(self.tokenizer.file, self.packing, self.packed_length(), self.val_fraction, self.seed,
+                          self.text_field, self.word_segmenter)
+
+    def _packed_shards(self, nodes: tuple[int, int] = (1, 0)) -> dict[str, PackedBlocks]:
+        partitions, fingerprint = self.partitions()
+        root = prepare_shards(self.packing_job(), partitions, fingerprint, self.cache_dir, self.preparation_workers,
+                              nodes)
+        return load_shards(root)
 
     def packed_length(self) -> int:
         """Tokens per packed block: ``seq_len``, or the raw length a corruption shortens to ``seq_len`` (T5)."""
@@ -176,7 +234,18 @@ class TextDataModule(L.LightningDataModule):
         """Phrase/entity units to mark at packing (ERNIE); None for every other recipe."""
         return None
 
+    def _tokenizer_fingerprint(self) -> str:
+        planned = self.partitions()
+        if planned is None:
+            return self._fingerprint()
+        size = sum(p.size for p in planned[0])
+        budget = f"-sample{self.tokenizer_train_bytes}" if size > self.tokenizer_train_bytes else ""
+        return planned[1] + budget
+
     def _fingerprint(self) -> str:
+        planned = self.partitions()
+        if planned is not None:
+            return planned[1]
         if self._documents is not None:
             return self._documents[1]
         cheap = source_fingerprint(self.source, self.text_field, self.max_documents)

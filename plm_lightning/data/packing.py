@@ -20,6 +20,7 @@ and, from a parallel corpus, :func:`pack_translation_pairs` for XLM's translatio
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from plm_lightning.data.knowledge import KnowledgeSpec, word_signals
-from plm_lightning.data.sources import split_corpus
+from plm_lightning.data.sources import split_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
@@ -144,10 +145,15 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
 
 
 def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
-                       knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer") -> list[TokenizedDocument]:
-    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them. With
-    ``knowledge``, phrases are fitted on (or looked up for) the corpus' words and entity units found per sentence."""
-    units = split_corpus(documents) if by_sentence else [[d] for d in documents]
+                       knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer",
+                       cache: bool = True) -> list[TokenizedDocument]:
+    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split once and
+    cached on disk with ``cache``, see :func:`split_corpus`). With ``knowledge``, phrases are fitted on (or looked up
+    for) the corpus' words and entity units found per sentence."""
+    if by_sentence:
+        units = split_corpus(documents) if cache else [split_sentences(d) for d in documents]
+    else:
+        units = [[d] for d in documents]
     flat = [s for u in units for s in u]
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()
@@ -169,58 +175,69 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
     return out
 
 
-def _blocks_from_rows(rows: list[tuple[list[int], list[int]]], length: int, pad_id: int) -> PackedBlocks:
+@dataclass
+class PackedRow:
+    """One block before padding: flagged tokens, the document of each token (numbered from 0 in the block) and, in
+    the pair modes, where segment B starts and the pair's label."""
+
+    tokens: list[int]
+    documents: list[int]
+    b_start: int | None = None
+    label: int | None = None
+
+
+def blocks_from_rows(rows: Sequence[PackedRow], length: int, pad_id: int, pairs: bool = False) -> PackedBlocks:
+    """Rows padded to ``length`` and their flags decoded; ``pairs`` keeps the pair fields (even for no rows)."""
     tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
     docs = np.full((len(rows), length), -1, dtype=np.int16)
-    for i, (row, doc_ids) in enumerate(rows):
-        tokens[i, : len(row)] = row
-        docs[i, : len(doc_ids)] = doc_ids
+    for i, row in enumerate(rows):
+        tokens[i, : len(row.tokens)] = row.tokens
+        docs[i, : len(row.documents)] = row.documents
     ids, flags = _split_flags(tokens)
-    return PackedBlocks(ids, docs, **flags)
+    blocks = PackedBlocks(ids, docs, **flags)
+    if pairs:
+        blocks.segment_b_start = np.asarray([r.b_start for r in rows], dtype=np.int32)
+        blocks.sentence_label = np.asarray([r.label for r in rows], dtype=np.int8)
+    return blocks
 
 
-def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> PackedBlocks:
+def contiguous_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int) -> Iterator[PackedRow]:
     """Concatenate ``doc <eos> doc <eos> ...`` and cut into ``length``-token blocks (the tail is dropped)."""
-    tokens, doc_index = [], []
+    tokens: list[int] = []
+    doc_index: list[int] = []
     for i, d in enumerate(docs):
-        ids = [t for s in d.sentences for t in s] + [eos_id]
-        tokens.extend(ids)
-        doc_index.extend([i] * len(ids))
-    n = len(tokens) // length
-    ids, flags = _split_flags(np.asarray(tokens[: n * length], dtype=np.int64).reshape(n, length))
-    doc = np.asarray(doc_index[: n * length], dtype=np.int64).reshape(n, length)
-    local = (doc - doc[:, :1]).astype(np.int16)  # renumber from 0 inside each block
-    return PackedBlocks(ids, local, **flags)
+        for s in d.sentences:
+            tokens.extend(s)
+        tokens.append(eos_id)
+        doc_index.extend([i] * (len(tokens) - len(doc_index)))
+        full = len(tokens) // length * length
+        for start in range(0, full, length):
+            first = doc_index[start]
+            yield PackedRow(tokens[start: start + length], [j - first for j in doc_index[start: start + length]])
+        del tokens[:full], doc_index[:full]
 
 
-def pack_documents(docs: list[TokenizedDocument], length: int, eos_id: int, pad_id: int) -> PackedBlocks:
+def document_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int) -> Iterator[PackedRow]:
     """One document per row, ``<eos> doc <eos>`` (a longer one continues on further rows), padded: every document
     starts at position 1 after the end-of-text token, as a prompt does (short-document corpora: the knowledge world,
     where packing across documents would make every fact appear after another subject's)."""
-    rows: list[list[int]] = []
     for d in docs:
         ids = [eos_id, *(t for s in d.sentences for t in s), eos_id]
-        rows.extend(ids[start: start + length] for start in range(0, len(ids) - 1, length))  # no row of a lone <eos>
-    tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
-    doc = np.full((len(rows), length), -1, dtype=np.int64)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = row
-        doc[i, : len(row)] = 0
-    ids, flags = _split_flags(tokens)
-    return PackedBlocks(ids, doc.astype(np.int16), **flags)
+        for start in range(0, len(ids) - 1, length):  # no row of a lone <eos>
+            row = ids[start: start + length]
+            yield PackedRow(row, [0] * len(row))
 
 
-def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
-                   cross_documents: bool) -> PackedBlocks:
+def sentence_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: int, sep_id: int,
+                  cross_documents: bool) -> Iterator[PackedRow]:
     """RoBERTa FULL-SENTENCES (``cross_documents``) or DOC-SENTENCES: ``[CLS] s1 s2 ... [SEP]``."""
     budget = length - 2
-    rows: list[tuple[list[int], list[int]]] = []
     cur: list[int] = []
     cur_docs: list[int] = []
 
-    def flush() -> None:
+    def flush() -> Iterator[PackedRow]:
         if cur:
-            rows.append(([cls_id, *cur, sep_id], [cur_docs[0], *cur_docs, cur_docs[-1]]))
+            yield PackedRow([cls_id, *cur, sep_id], [cur_docs[0], *cur_docs, cur_docs[-1]])
             cur.clear()
             cur_docs.clear()
 
@@ -231,7 +248,7 @@ def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_
                 piece = sentence[start: start + budget]
                 boundary = bool(cur_docs) and cur_docs[-1] != local_doc
                 if len(cur) + len(piece) + int(boundary) > budget:
-                    flush()
+                    yield from flush()
                     local_doc, boundary = 0, False
                 if boundary:  # the extra separator between documents, counted with the previous document
                     cur.append(sep_id)
@@ -239,9 +256,21 @@ def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_
                 cur.extend(piece)
                 cur_docs.extend([local_doc] * len(piece))
         if not cross_documents:
-            flush()
-    flush()
-    return _blocks_from_rows(rows, length, pad_id)
+            yield from flush()
+    yield from flush()
+
+
+def pack_contiguous(docs: list[TokenizedDocument], length: int, eos_id: int) -> PackedBlocks:
+    return blocks_from_rows(list(contiguous_rows(docs, length, eos_id)), length, eos_id)
+
+
+def pack_documents(docs: list[TokenizedDocument], length: int, eos_id: int, pad_id: int) -> PackedBlocks:
+    return blocks_from_rows(list(document_rows(docs, length, eos_id)), length, pad_id)
+
+
+def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
+                   cross_documents: bool) -> PackedBlocks:
+    return blocks_from_rows(list(sentence_rows(docs, length, cls_id, sep_id, cross_documents)), length, pad_id)
 
 
 def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
@@ -254,19 +283,62 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
             longer.pop()
 
 
-def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
-                        rng: np.random.Generator, short_seq_prob: float = 0.1,
-                        negatives: Literal["random_document", "swap", "distance", "none"] = "random_document"
-                        ) -> PackedBlocks:
+def document_pools(docs: Iterable[TokenizedDocument], window: int | None
+                   ) -> Iterator[tuple[int, list[TokenizedDocument]]]:
+    """Each document as ``(index, pool)``: ``pool[index]`` is the document, and the rest of ``pool`` are the documents
+    a pair may draw its random segment B from. ``window=None``: every document (the corpus in memory, as BERT's
+    create_pretraining_data draws from all of its input files); else the documents within ``window`` tokens before
+    and after it (at least one each side), so a stream holds a bounded number of tokens, and draws exactly as in
+    memory while the whole corpus has at most ``window`` tokens."""
+    if window is None:
+        pool = list(docs)
+        yield from ((i, pool) for i in range(len(pool)))
+        return
+    it = iter(docs)
+    pool: list[TokenizedDocument] = []
+    sizes: list[int] = []
+    base = current = ahead = behind = 0  # pool[0] is document `base`; ahead/behind: tokens after/before `current`
+    exhausted = False
+    while True:
+        while not exhausted and (current >= base + len(pool) or ahead < window):
+            nxt = next(it, None)
+            if nxt is None:
+                exhausted = True
+                break
+            pool.append(nxt)
+            sizes.append(sum(len(s) for s in nxt.sentences))
+            if base + len(pool) - 1 > current:
+                ahead += sizes[-1]
+        if current >= base + len(pool):
+            return
+        yield current - base, pool
+        behind += sizes[current - base]
+        current += 1
+        if current < base + len(pool):
+            ahead -= sizes[current - base]
+        drop = 0
+        while drop < current - base and behind - sizes[drop] >= window:
+            behind -= sizes[drop]
+            drop += 1
+        if drop:
+            del pool[:drop], sizes[:drop]
+            base += drop
+
+
+def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: int, sep_id: int,
+                       rng: np.random.Generator, short_seq_prob: float = 0.1,
+                       negatives: Literal["random_document", "swap", "distance", "none"] = "random_document",
+                       window: int | None = None) -> Iterator[PackedRow]:
     """BERT's create_instances_from_document for every document: ``[CLS] A [SEP] B [SEP]`` with the pair label.
 
     ``negatives``: ``random_document`` (NSP: B taken from another document), ``swap`` (SOP, ALBERT's
     create_pretraining_data: A and B are always consecutive, and exchanged for a negative) or ``distance`` (ERNIE
-    2.0's three classes, :func:`_distance_segment`) or ``none`` (B always continues A: UniLM).
+    2.0's three classes, :func:`_distance_segment`) or ``none`` (B always continues A: UniLM). Other documents come
+    from :func:`document_pools` (``window``).
     """
     max_tokens = length - 3
-    rows, b_starts, labels = [], [], []
-    for di, doc in enumerate(docs):
+    for di, docs_pool in document_pools(docs, window):
+        doc = docs_pool[di]
         target = max_tokens
         if rng.random() < short_seq_prob:
             target = int(rng.integers(2, max_tokens + 1))
@@ -279,10 +351,11 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                 a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
                 a = [t for s in chunk[:a_end] for t in s]
                 b: list[int] = []
-                is_random = negatives == "random_document" and len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
+                is_random = (negatives == "random_document" and len(docs_pool) > 1
+                             and (len(chunk) == 1 or rng.random() < 0.5))
                 if negatives == "distance":
                     chunk_start = i - len(chunk) + 1
-                    b, label = _distance_segment(docs, di, chunk_start, chunk_start + a_end - 1,
+                    b, label = _distance_segment(docs_pool, di, chunk_start, chunk_start + a_end - 1,
                                                  target - len(a), rng, adjacent=len(chunk) > 1)
                     if label == 0:
                         b = [t for s in chunk[a_end:] for t in s]
@@ -291,10 +364,10 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                 elif is_random:
                     other = di
                     for _ in range(10):
-                        other = int(rng.integers(0, len(docs)))
+                        other = int(rng.integers(0, len(docs_pool)))
                         if other != di:
                             break
-                    sentences = docs[other].sentences
+                    sentences = docs_pool[other].sentences
                     for s in sentences[int(rng.integers(0, len(sentences))):]:
                         b.extend(s)
                         if len(b) >= target - len(a):
@@ -307,15 +380,18 @@ def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int,
                     label = label if negatives == "distance" else int(is_random)
                     if negatives == "swap" and rng.random() < 0.5:
                         a, b, label = b, a, 1
-                    rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
-                    b_starts.append(len(a) + 2)
-                    labels.append(label)
+                    yield PackedRow([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3), len(a) + 2, label)
                 chunk, chunk_len = [], 0
             i += 1
-    blocks = _blocks_from_rows(rows, length, pad_id)
-    blocks.segment_b_start = np.asarray(b_starts, dtype=np.int32)
-    blocks.sentence_label = np.asarray(labels, dtype=np.int8)
-    return blocks
+
+
+def pack_sentence_pairs(docs: list[TokenizedDocument], length: int, cls_id: int, sep_id: int, pad_id: int,
+                        rng: np.random.Generator, short_seq_prob: float = 0.1,
+                        negatives: Literal["random_document", "swap", "distance", "none"] = "random_document"
+                        ) -> PackedBlocks:
+    """:func:`sentence_pair_rows` of a corpus in memory, as blocks."""
+    rows = list(sentence_pair_rows(docs, length, cls_id, sep_id, rng, short_seq_prob, negatives))
+    return blocks_from_rows(rows, length, pad_id, pairs=True)
 
 
 def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int, cls_id: int, sep_id: int,
@@ -330,10 +406,10 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
         _truncate_pair(a, b, length - 3, rng)
         if not a or not b:
             continue
-        rows.append(([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
+        rows.append(PackedRow([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
         positions.append([*range(len(a) + 2), *range(len(b) + 1)])
         language_rows.append([languages[0]] * (len(a) + 2) + [languages[1]] * (len(b) + 1))
-    blocks = _blocks_from_rows(rows, length, pad_id)
+    blocks = blocks_from_rows(rows, length, pad_id)
     for name in KNOWLEDGE_FIELDS:
         setattr(blocks, name, None)
     blocks.position_ids = np.zeros((len(rows), length), dtype=np.int16)
@@ -349,7 +425,7 @@ def flagged_sentences(texts: list[str], tokenizer: TextTokenizer, segmenter: str
     return [_flag_sentence(ids, index, []) for ids, index, _ in tokenizer.encode_batch_with_words(texts, segmenter)]
 
 
-def _distance_segment(docs: list[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
+def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
                       rng: np.random.Generator, adjacent: bool) -> tuple[list[int], int]:
     """ERNIE 2.0's sentence distance (Sun et al. 2020, sec. 4.2.2), three classes drawn uniformly: 0 = B follows A,
     1 = B from the same document but not adjacent to A (at least one sentence between), 2 = B from another
@@ -387,30 +463,44 @@ def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray,
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+PAIR_NEGATIVES = {"sentence_pairs": "random_document", "sentence_order": "swap", "sentence_distance": "distance",
+                  "continuation_pairs": "none"}
+"""The pair modes and how each draws its segment B (:func:`sentence_pair_rows`)."""
+
+
 def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int,
          knowledge: bool = False) -> PackedBlocks:
-    """Blocks of ``mode``; the ERNIE unit arrays are kept only with ``knowledge``."""
-    blocks = _pack(docs, mode, length, tokenizer, seed)
+    """Blocks of ``mode`` from a corpus in memory; the ERNIE unit arrays are kept only with ``knowledge``."""
+    rows = packed_rows(docs, mode, length, tokenizer, np.random.default_rng(seed))
+    return rows_to_blocks(list(rows), mode, length, tokenizer, knowledge)
+
+
+def rows_to_blocks(rows: Sequence[PackedRow], mode: str, length: int, tokenizer: TextTokenizer,
+                   knowledge: bool = False) -> PackedBlocks:
+    """Rows of ``mode`` as blocks (padded with the mode's pad token); ERNIE's unit arrays only with ``knowledge``."""
+    pad = tokenizer.ids["eos"] if mode == "contiguous" else tokenizer.ids["pad"]
+    blocks = blocks_from_rows(rows, length, pad, pairs=mode in PAIR_NEGATIVES)
     if not knowledge:
         for name in KNOWLEDGE_FIELDS:
             setattr(blocks, name, None)
     return blocks
 
 
-def _pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer, seed: int) -> PackedBlocks:
+def packed_rows(docs: Iterable[TokenizedDocument], mode: str, length: int, tokenizer: TextTokenizer,
+                rng: np.random.Generator, window: int | None = None) -> Iterator[PackedRow]:
+    """The rows of packing ``mode``, one document at a time (a stream of documents gives a stream of rows);
+    ``rng`` draws the pair modes' choices, ``window`` bounds their pool of other documents."""
     ids = tokenizer.ids
     tokenizer.require(("eos",) if mode in ("contiguous", "documents") else ("cls", "sep", "pad"),
                       f"data.packing={mode} (contiguous and documents need eos; the sentence modes cls, sep and pad)")
     if mode == "contiguous":
-        return pack_contiguous(docs, length, ids["eos"])
+        return contiguous_rows(docs, length, ids["eos"])
     if mode == "documents":
         tokenizer.require(("pad",), "data.packing=documents")
-        return pack_documents(docs, length, ids["eos"], ids["pad"])
+        return document_rows(docs, length, ids["eos"])
     if mode in ("full_sentences", "doc_sentences"):
-        return pack_sentences(docs, length, ids["cls"], ids["sep"], ids["pad"], cross_documents=mode == "full_sentences")
-    if mode in ("sentence_pairs", "sentence_order", "sentence_distance", "continuation_pairs"):
-        negatives = {"sentence_pairs": "random_document", "sentence_order": "swap", "sentence_distance": "distance",
-                     "continuation_pairs": "none"}
-        return pack_sentence_pairs(docs, length, ids["cls"], ids["sep"], ids["pad"], np.random.default_rng(seed),
-                                   negatives=negatives[mode])
+        return sentence_rows(docs, length, ids["cls"], ids["sep"], cross_documents=mode == "full_sentences")
+    if mode in PAIR_NEGATIVES:
+        return sentence_pair_rows(docs, length, ids["cls"], ids["sep"], rng, negatives=PAIR_NEGATIVES[mode],
+                                  window=window)
     raise ConfigError(f"data.packing={mode!r} is not one of {', '.join(PACKING_MODES)}")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+from plm_lightning.data.corpus_files import COMPRESSIONS, file_kind, open_dataset, plan_partitions, read_partition
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
 from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, world_from_spec
@@ -25,6 +26,8 @@ from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, worl
 EMBEDDED = "embedded"
 FAKE_PREFIX = "fake:"
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
+CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *(f"{inner}{c}" for inner in (".txt", ".jsonl", ".json") for c in COMPRESSIONS))
+"""What a directory source is searched for: text, JSON lines and Parquet files, and compressed text and JSON lines."""
 _EMBEDDED_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo", "ensurepip",
                   "__pycache__", "__phello__"}
 
@@ -90,9 +93,10 @@ def resolve_files(source: str) -> list[Path]:
     """Expand a file, directory or glob into a sorted list of readable text files, or raise a `ConfigError`."""
     path = Path(source).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(CORPUS_SUFFIXES))
         if not files:
-            raise ConfigError(f"data.source: directory '{source}' has no {', '.join(TEXT_SUFFIXES)} files")
+            raise ConfigError(f"data.source: directory '{source}' has no {', '.join(TEXT_SUFFIXES)} files (or "
+                              "compressed .txt/.jsonl/.json: .gz, .bz2, .xz, .zst)")
         return files
     if path.is_file():
         return [path]
@@ -115,39 +119,12 @@ def _check_text_file(path: Path) -> None:
 
 
 def _read_file(path: Path, text_field: str) -> Iterator[str]:
-    _check_text_file(path)
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path, columns=[text_field])
-        except (KeyError, ValueError) as err:
-            raise ConfigError(f"data.text_field: parquet file '{path}' has no column {text_field!r}") from err
-        except Exception as err:  # pyarrow raises its own error types for non-parquet bytes
-            raise ConfigError(f"data.source: '{path}' is not a readable parquet file ({err})") from err
-        yield from (t for t in table.column(text_field).to_pylist() if t)
-        return
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"data.source: file '{path}' is not UTF-8 text (byte {err.start}); is it binary?") from err
-    if path.suffix == ".jsonl":
-        for line_no, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ConfigError(f"data.source: '{path}' line {line_no} is not valid JSON ({err.msg})") from err
-            if not isinstance(record, dict) or text_field not in record:
-                raise ConfigError(f"data.text_field: '{path}' line {line_no} has no field {text_field!r}")
-            if record[text_field]:
-                yield str(record[text_field])
-        return
-    # .txt and anything else: BERT's pretraining format, documents separated by blank lines
-    for block in content.replace("\r\n", "\n").split("\n\n"):
-        if block.strip():
-            yield block.strip()
+    """The documents of one file, read as a stream (``corpus_files``: the same reader the packing workers use)."""
+    kind = file_kind(path)
+    if kind is None or kind[1] is None:
+        _check_text_file(path)
+    for partition in plan_partitions([path], text_field, partition_bytes=max(1, path.stat().st_size)):
+        yield from read_partition(partition, text_field)
 
 
 def _file_fingerprint(files: list[Path], text_field: str) -> str:
@@ -159,24 +136,7 @@ def _file_fingerprint(files: list[Path], text_field: str) -> str:
 
 
 def _hf_dataset(source: str, text_field: str, split: str) -> tuple[list[str], str]:
-    try:
-        import datasets
-    except ImportError as err:
-        raise ConfigError(
-            f"data.source: '{source}' is not a local file, directory or glob, and the `datasets` package is not "
-            "installed to load it as a Hugging Face dataset (pip install 'plm-lightning[datasets]')"
-        ) from err
-    try:
-        ds = datasets.load_from_disk(source) if is_saved_dataset(source) else datasets.load_dataset(source, split=split)
-    except Exception as err:
-        raise ConfigError(f"data.source: cannot load dataset '{source}': {err}") from err
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ConfigError(f"data.split: dataset '{source}' has no split {split!r}; splits: {', '.join(ds)}")
-        ds = ds[split]
-    if text_field not in ds.column_names:
-        raise ConfigError(f"data.text_field: dataset '{source}' has no column {text_field!r}; "
-                          f"columns: {', '.join(ds.column_names)}")
+    ds = open_dataset(source, text_field, split)
     return [t for t in ds[text_field] if t], f"hf-{source}-{ds._fingerprint}"
 
 

@@ -1,0 +1,379 @@
+"""A corpus of any size to packed shards with flat memory: partitions (``corpus_files``) read document by document,
+tokenized in batches and packed as they go (``packing.packed_rows``), in worker processes, on one or many machines.
+
+Every partition is packed alone into its own shard (``shards``): the rows depend on the partition and the recipe,
+never on the number of workers or nodes, so 1 worker, 4 workers and 2 nodes x 2 workers write the same shards, read
+back in partition order. A shard directory is renamed into place only when complete, so a preparation killed at any
+point continues where it stopped and ends with the same shards as an uninterrupted one. Everything the rows depend on
+(the files, the tokenizer, the packing) keys the shard set's directory, so a changed corpus or recipe gets new
+shards and is never mixed with old ones.
+
+Held-out documents are chosen by a keyed hash of their text (``val_fraction`` of them), so the split needs no count
+of the corpus and a document lands in the same split wherever it sits. The pair modes (NSP/SOP/...) draw a random
+segment B from the documents within ``PAIR_WINDOW_TOKENS`` of the current one in its partition (BERT's
+create_pretraining_data draws from all documents of the files it is given, Megatron's from its dataset), with a
+generator seeded by (seed, partition, split).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from plm_lightning.data import corpus_files, sources
+from plm_lightning.data.corpus_files import Partition, Segment, read_partition
+from plm_lightning.data.packing import (
+    FORMAT_VERSION,
+    PackedRow,
+    TokenizedDocument,
+    packed_rows,
+    rows_to_blocks,
+    tokenize_documents,
+)
+from plm_lightning.data.shards import ShardedBlocks, ShardWriter, read_meta, write_meta
+from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.errors import ConfigError
+from plm_lightning.files import atomic_write
+from plm_lightning.knowledge.world import is_world_spec
+
+SHARDS_VERSION = 1
+PAIR_WINDOW_TOKENS = 500_000
+"""Tokens of other documents on each side of a document that its pairs may draw segment B from."""
+BATCH_BYTES = 1 << 20
+"""Text tokenized at once by one worker (``tokenizers``' batch encoder): bounds a worker's buffers."""
+ROWS_PER_WRITE = 1024
+SPLITS = ("train", "val")
+
+
+@dataclass(frozen=True)
+class PackingJob:
+    """What a worker needs to pack any partition (picklable: sent to spawned worker processes)."""
+
+    tokenizer_file: str
+    mode: str
+    length: int
+    val_fraction: float
+    seed: int
+    text_field: str = "text"
+    segmenter: str = "tokenizer"
+    window: int = PAIR_WINDOW_TOKENS
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def is_validation(document: str, seed: int, val_fraction: float) -> bool:
+    """Whether ``document`` is held out: a hash of its text keyed by ``seed`` below ``val_fraction``."""
+    if val_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(document.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "little") < val_fraction * 2.0**64
+
+
+def tokenized_stream(documents: Iterable[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str,
+                     batch_bytes: int = BATCH_BYTES) -> Iterator[TokenizedDocument]:
+    """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time."""
+    batch: list[str] = []
+    size = 0
+    for doc in documents:
+        batch.append(doc)
+        size += len(doc)
+        if size >= batch_bytes:
+            yield from tokenize_documents(batch, tokenizer, by_sentence, segmenter=segmenter, cache=False)
+            batch, size = [], 0
+    if batch:
+        yield from tokenize_documents(batch, tokenizer, by_sentence, segmenter=segmenter, cache=False)
+
+
+def partition_rng(seed: int, partition: int, split: int) -> np.random.Generator:
+    """The pair modes' generator of one split of one partition; partition 0's training rows draw as the in-memory
+    packer does (``default_rng(seed)``), so a one-partition corpus packs exactly as in memory."""
+    return np.random.default_rng(seed if (partition, split) == (0, 0) else [seed, partition, split])
+
+
+_TOKENIZERS: dict[str, TextTokenizer] = {}
+
+
+def _tokenizer(file: str) -> TextTokenizer:
+    if file not in _TOKENIZERS:
+        _TOKENIZERS[file] = TextTokenizer.load(file)
+    return _TOKENIZERS[file]
+
+
+def pack_partition(job: PackingJob, partition: Partition, root: Path,
+                   progress: Callable[[int], None] | None = None) -> dict:
+    """Pack one partition into ``root/part-NNNNN`` (written under a temporary name, renamed when complete); returns
+    its statistics."""
+    tokenizer = _tokenizer(job.tokenizer_file)
+    target = root / shard_name(partition.index)
+    tmp = root / f".tmp-{shard_name(partition.index)}-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    stats: dict = {"partition": partition.index, "bytes": partition.size, "rows": {}, "tokens": {}, "documents": {}}
+    for split_id, split in enumerate(SPLITS):
+        writer = ShardWriter(tmp, split)
+        writer.append(rows_to_blocks([], job.mode, job.length, tokenizer))  # fixes the fields, for empty splits too
+        counts = {"documents": 0}
+        if split == "train" or job.val_fraction > 0:
+            documents = _split_documents(read_partition(partition, job.text_field, progress if split == "train"
+                                                        else None), job, split == "val", counts)
+            tokenized = tokenized_stream(documents, tokenizer, job.mode != "contiguous", job.segmenter)
+            rows = packed_rows(tokenized, job.mode, job.length, tokenizer,
+                               partition_rng(job.seed, partition.index, split_id), window=job.window)
+            tokens = 0
+            for batch in _batched(rows, ROWS_PER_WRITE):
+                writer.append(rows_to_blocks(batch, job.mode, job.length, tokenizer))
+                tokens += sum(len(r.tokens) for r in batch)
+            stats["tokens"][split] = tokens
+        writer.close()
+        stats["rows"][split] = writer.rows
+        stats["documents"][split] = counts["documents"]
+    write_meta(tmp, stats)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # packed meanwhile by another process (another node): the same rows, keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return stats
+
+
+def _split_documents(documents: Iterable[str], job: PackingJob, validation: bool, counts: dict) -> Iterator[str]:
+    for doc in documents:
+        if is_validation(doc, job.seed, job.val_fraction) == validation:
+            counts["documents"] += 1
+            yield doc
+
+
+def _batched(rows: Iterable[PackedRow], n: int) -> Iterator[list[PackedRow]]:
+    batch: list[PackedRow] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+def shard_set_dir(cache_dir: Path, job: PackingJob, partitions: list[Partition], fingerprint: str) -> Path:
+    """Where the shards of ``job`` over ``partitions`` live: keyed by everything the rows depend on."""
+    from plm_lightning.data.block_cache import tokenizer_hash
+
+    key_fields = {"v": SHARDS_VERSION, "format": FORMAT_VERSION, "source": fingerprint,
+                  "partitions": [[asdict(s) for s in p.segments] for p in partitions],
+                  "tokenizer": tokenizer_hash(_tokenizer(job.tokenizer_file), job.tokenizer_file),
+                  **{k: v for k, v in asdict(job).items() if k != "tokenizer_file"}}
+    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir / "shards" / f"{job.mode}-{job.length}-{key}"
+
+
+def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: str, cache_dir: Path,
+                   workers: int = 1, nodes: tuple[int, int] = (1, 0), progress: bool = True) -> Path:
+    """Pack every partition of this node's share (``nodes`` = (number of nodes, this node's rank): partition ``i``
+    goes to node ``i % number``) that is not packed yet, with ``workers`` processes; returns the shard set's
+    directory."""
+    num_nodes, rank = nodes
+    if num_nodes < 1 or not 0 <= rank < num_nodes:
+        raise ConfigError(f"--num-nodes={num_nodes} --node-rank={rank}: the rank must lie in [0, {num_nodes})")
+    if workers < 1:
+        raise ConfigError(f"data.preparation_workers={workers} must be >= 1")
+    root = shard_set_dir(cache_dir, job, partitions, fingerprint)
+    root.mkdir(parents=True, exist_ok=True)
+    plan = {"job": asdict(job), "source": fingerprint, "partitions": [[asdict(s) for s in p.segments]
+                                                                      for p in partitions]}
+    if not (root / "plan.json").is_file():
+        atomic_write(root / "plan.json", lambda tmp: tmp.write_text(json.dumps(plan, indent=1)))
+    _remove_stale_tmp(root)
+    todo = [p for p in partitions if p.index % num_nodes == rank and not is_packed(root / shard_name(p.index))]
+    if not todo:
+        return root
+    total = sum(p.size for p in todo)
+    bar = _Progress(total, f"packing {len(todo)} of {len(partitions)} partitions ({job.mode}, {workers} "
+                           f"worker{'s' if workers > 1 else ''})", progress)
+    try:
+        if workers == 1 or len(todo) == 1:
+            bar.start()
+            for p in todo:
+                pack_partition(job, p, root, bar.advance)
+        else:
+            _pack_in_workers(job, todo, root, min(workers, len(todo)), bar)
+    finally:
+        bar.close()
+    return root
+
+
+def _pack_in_workers(job: PackingJob, todo: list[Partition], root: Path, workers: int, bar: _Progress) -> None:
+    import multiprocessing as mp
+
+    # fork where the platform has it (as torch's DataLoader workers do): spawn would re-import a user's main script
+    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    queue = context.Queue()
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(queue,)) as pool:
+        pending = {pool.submit(_worker_pack, job, p, root) for p in todo}  # forks every worker before the bar starts
+        bar.start()
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            while not queue.empty():
+                bar.advance(queue.get())
+            for future in done:
+                future.result()  # re-raises a worker's error (a ConfigError keeps its one line)
+        while not queue.empty():
+            bar.advance(queue.get())
+
+
+_QUEUE = None
+
+
+def _worker_init(queue) -> None:  # noqa: ANN001
+    global _QUEUE
+    _QUEUE = queue
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one worker, one core
+
+
+def _worker_pack(job: PackingJob, partition: Partition, root: Path) -> dict:
+    pending = [0]
+
+    def report(n: int) -> None:
+        pending[0] += n
+        if pending[0] >= 1 << 20:
+            _QUEUE.put(pending[0])
+            pending[0] = 0
+
+    stats = pack_partition(job, partition, root, report)
+    _QUEUE.put(pending[0])
+    return stats
+
+
+def is_packed(directory: Path) -> bool:
+    return read_meta(directory) is not None
+
+
+def _remove_stale_tmp(root: Path) -> None:
+    """Temporary shards left by killed processes of this machine (another machine's are left alone: it may run)."""
+    host = socket.gethostname()
+    for tmp in root.glob(".tmp-part-*"):
+        parts = tmp.name.rsplit("-", 2)
+        if len(parts) == 3 and parts[1] == host and parts[2].isdigit() and not _alive(int(parts[2])):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def load_shards(root: Path) -> dict[str, ShardedBlocks]:
+    """The train/validation blocks of a complete shard set, memory-mapped; a one-line error if parts are missing."""
+    plan = json.loads((root / "plan.json").read_text())
+    n = len(plan["partitions"])
+    dirs = [root / shard_name(i) for i in range(n)]
+    metas = [read_meta(d) for d in dirs]
+    missing = [i for i, m in enumerate(metas) if m is None]
+    if missing:
+        raise ConfigError(f"data: {len(missing)} of {n} partitions of '{root}' are not packed yet (first: "
+                          f"{shard_name(missing[0])}); run `python -m plm_lightning pack` for the missing node ranks")
+    return {split: ShardedBlocks.open(dirs, split, [m["rows"][split] for m in metas]) for split in SPLITS}
+
+
+def shard_statistics(root: Path) -> dict:
+    """Totals over the packed partitions of a shard set: bytes, documents, rows and tokens per split."""
+    totals: dict = {"partitions": 0, "bytes": 0}
+    for directory in sorted(root.glob("part-*")):
+        meta = read_meta(directory)
+        if meta is None:
+            continue
+        totals["partitions"] += 1
+        totals["bytes"] += meta["bytes"]
+        for key in ("rows", "tokens", "documents"):
+            for split, value in meta[key].items():
+                totals.setdefault(key, {}).setdefault(split, 0)
+                totals[key][split] += value
+    return totals
+
+
+class _Progress:
+    """A rich bar with MB/s and ETA on a terminal; otherwise, for a large job, a line every 10% on stderr."""
+
+    quiet_below = 64 << 20
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.done, self.label, self.begin = max(1, total), 0, label, time.monotonic()
+        self.enabled, self.bar, self.next_line = enabled, None, 0.1
+
+    def start(self) -> None:
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                TimeRemainingColumn(), transient=True)
+            self.task = self.bar.add_task(self.label, total=self.total)
+            self.bar.start()
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+        elif self.enabled and self.total >= self.quiet_below and self.done / self.total >= self.next_line:
+            elapsed = time.monotonic() - self.begin
+            print(f"{self.label}: {self.done / self.total:.0%}, {self.done / 1e6 / max(elapsed, 1e-9):.1f} MB/s",
+                  file=sys.stderr, flush=True)
+            self.next_line = (int(self.done / self.total * 10) + 1) / 10
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def corpus_partitions(source: str | None, text_field: str, split: str, partition_bytes: int = corpus_files.DEFAULT_PARTITION_BYTES
+                      ) -> tuple[list[Partition], str] | None:
+    """The partitions of a corpus on disk (files, directories, globs, saved or named ``datasets``) and its
+    fingerprint; None for the corpora built in memory (the embedded corpus, the knowledge world, Fake-English)."""
+    if source in (None, "", sources.EMBEDDED) or source.startswith(sources.FAKE_PREFIX) or is_world_spec(source):
+        return None
+    if sources.is_saved_dataset(source):
+        return corpus_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
+    if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
+        files = sources.resolve_files(source)
+        for f in files:
+            if corpus_files.file_kind(f) is None or corpus_files.file_kind(f)[1] is None:
+                sources._check_text_file(f)
+        partitions = corpus_files.plan_partitions(files, text_field, partition_bytes)
+        if not partitions:
+            raise ConfigError(f"data.source: '{source}' contains no text")
+        return partitions, sources._file_fingerprint(files, text_field)
+    if any(ch in source for ch in "*?") or source.endswith(sources.TEXT_SUFFIXES) or source.startswith((".", "~", "/")):
+        sources.resolve_files(source)  # raises the missing-file error
+    return corpus_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
+
+
+__all__ = ["PackingJob", "Segment", "is_validation", "load_shards", "pack_partition", "prepare_shards",
+           "shard_statistics"]
