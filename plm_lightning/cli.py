@@ -19,7 +19,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.objectives.base import PretrainingModule
 
 EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
-                  "edit", "sweep", "arena", "prepare", "optimize", "acceptability",
+                  "edit", "sweep", "arena", "prepare", "pack", "optimize", "acceptability",
                   "prompt")
 
 

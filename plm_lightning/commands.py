@@ -1,6 +1,6 @@
 """The CLI's extra subcommands: ``inspect``, ``export``, ``import``, ``predict CHECKPOINT PROMPTS`` (generation, or
 neighbour and analogy queries of static embeddings; ``predict --config ...`` remains LightningCLI's), ``sweep``,
-and ``arena``; the data commands (``prepare``, ``optimize``) and the knowledge tools' are re-exported from
+and ``arena``; the data commands (``prepare``, ``pack``, ``optimize``) and the knowledge tools' are re-exported from
 ``data.commands`` and ``knowledge``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from plm_lightning.data.commands import run_optimize, run_prepare  # noqa: F401 - dispatched by name
+from plm_lightning.data.commands import run_optimize, run_pack, run_prepare  # noqa: F401 - dispatched by name
 from plm_lightning.errors import CommandParser, ConfigError
 from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401

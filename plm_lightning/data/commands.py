@@ -1,9 +1,11 @@
-"""The CLI's data commands: ``prepare`` (a corpus through the C4 filters, as JSONL) and ``optimize`` (a recipe's packed
-blocks as litdata streams)."""
+"""The CLI's data commands: ``prepare`` (a corpus through the C4 filters, as JSONL), ``pack`` (a recipe's corpus
+tokenized and packed into shards, on one machine or as one node's share) and ``optimize`` (a recipe's packed blocks
+as litdata streams)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from plm_lightning.errors import CommandParser, ConfigError
@@ -83,3 +85,48 @@ def run_optimize(argv: list[str]) -> None:
                            args.workers)
     print(f"wrote {counts.get('train', 0):,} training and {counts.get('val', 0):,} validation blocks of "
           f"{meta['length']} tokens to {args.out}")
+
+
+def run_pack(argv: list[str]) -> None:
+    parser = CommandParser(prog="plm_lightning pack",
+                           description="Tokenize and pack a recipe's corpus on disk into shards now, as `fit` does "
+                                       "before its first step: in worker processes, resumable, on one machine or as "
+                                       "one node's share of many (docs/multi-node.md). `fit` with the same recipe "
+                                       "then trains from the shards.")
+    parser.add_argument("--config", action="append", help="recipe YAML (repeatable); --data.* overrides follow")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: data.preparation_workers, else one per CPU core)")
+    parser.add_argument("--num-nodes", type=int, default=1, help="machines sharing the work (default 1)")
+    parser.add_argument("--node-rank", type=int, default=0,
+                        help="this machine's rank in [0, num-nodes): it packs partitions i with i %% num-nodes == rank")
+    parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    args, rest = parser.parse_known_args(argv)
+    if not args.config:
+        raise ConfigError("plm_lightning pack: give --config RECIPE.yaml (and --data.source FILES)")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} must be >= 1")
+    from plm_lightning.data.corpus_packing import prepare_shards, shard_statistics
+    from plm_lightning.inspection import build_datamodule
+
+    datamodule, _ = build_datamodule(args.config, rest, prepare=False)
+    if not datamodule.streams_from_disk():
+        raise ConfigError("plm_lightning pack: data.source must be files, a directory, a glob or a dataset on disk "
+                          f"(got {datamodule.source or 'embedded'!r}; the embedded corpus, the knowledge world, "
+                          "data.max_documents and ERNIE's knowledge units are packed in memory by fit itself)")
+    partitions, fingerprint = datamodule.partitions()
+    workers = args.workers or datamodule.preparation_workers
+    start = time.monotonic()
+    root = prepare_shards(datamodule.packing_job(), partitions, fingerprint, datamodule.cache_dir, workers,
+                          (args.num_nodes, args.node_rank))
+    stats = {**shard_statistics(root), "total_partitions": len(partitions), "seconds": time.monotonic() - start,
+             "workers": workers, "directory": str(root)}
+    if args.json:
+        print(json.dumps(stats))
+        return
+    rows, tokens = stats.get("rows", {}), stats.get("tokens", {})
+    print(f"packed {stats['partitions']} of {len(partitions)} partitions ({stats['bytes'] / 1e6:,.1f} MB of text) "
+          f"into {rows.get('train', 0):,} training and {rows.get('val', 0):,} validation blocks "
+          f"({sum(tokens.values()):,} tokens) in {root}")
+    if stats["partitions"] < len(partitions):
+        print(f"{len(partitions) - stats['partitions']} partitions are other nodes' share: run `pack` with their "
+              "--node-rank, then `fit` finds every shard")

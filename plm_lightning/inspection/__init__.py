@@ -19,8 +19,8 @@ from plm_lightning.inspection.picture import self_attention
 from plm_lightning.nn.masks import ATTENTION_KINDS
 
 
-def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextDataModule, Any]:
-    """Instantiate the recipe exactly as ``fit`` would, and prepare its data."""
+def build_datamodule(configs: list[str], overrides: list[str], prepare: bool = True) -> tuple[TextDataModule, Any]:
+    """Instantiate the recipe exactly as ``fit`` would, and (with ``prepare``) prepare its data."""
     from plm_lightning.cli import PLMCLI
 
     args = [a for c in configs for a in ("--config", c)] + overrides
@@ -28,8 +28,9 @@ def build_datamodule(configs: list[str], overrides: list[str]) -> tuple[TextData
         warnings.filterwarnings("ignore", message=".*args parameter is intended")
         cli = PLMCLI(args=args, run=False)
     datamodule = cli.datamodule
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    if prepare:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
     return datamodule, cli.model
 
 

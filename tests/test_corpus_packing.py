@@ -1,0 +1,296 @@
+"""A corpus on disk streamed into packed shards: readers, determinism over workers and nodes, resume after a kill,
+fingerprints, bounded memory, and equality with the in-memory packer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plm_lightning.data.corpus_files import plan_partitions, read_partition
+from plm_lightning.data.corpus_packing import (
+    PackingJob,
+    corpus_partitions,
+    is_validation,
+    load_shards,
+    prepare_shards,
+    shard_set_dir,
+)
+from plm_lightning.data.packing import (
+    BLOCK_FIELDS,
+    PACKING_MODES,
+    TokenizedDocument,
+    document_pools,
+    pack,
+    tokenize_documents,
+)
+from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
+from plm_lightning.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _same_blocks(a, b) -> None:  # noqa: ANN001
+    for name in BLOCK_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert np.array_equal(np.asarray(x), np.asarray(y)), name
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, list[str]]:
+    docs = list(embedded_corpus())[:60]
+    path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    return path, docs
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory, corpus) -> dict[str, str]:
+    out = {}
+    for kind in ("wordpiece", "gpt2"):
+        directory = tmp_path_factory.mktemp(kind)
+        train_tokenizer(kind, corpus[1], 1500).save(directory)
+        out[kind] = str(directory / "tokenizer.json")
+    return out
+
+
+# -- readers ---------------------------------------------------------------------------------------------------------
+_pieces = st.sampled_from(["a", "bb cc", "  ", "", "é x", "line\r", "zzzzzzzzzz", "\t"])
+_seps = st.sampled_from(["\n", "\n\n", "\n\n\n", "\r\n", "\r\n\r\n", "\n \n"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_pieces, _seps), max_size=25), st.sampled_from(["", "tail", "\n"]),
+       st.integers(1, 40))
+def test_text_partitions_read_the_documents_of_the_whole_file(tmp_path_factory, parts, tail, partition_bytes) -> None:
+    """Cut at any byte, partitions read exactly the documents of the whole file (BERT's format: documents
+    separated by an empty line), each once, in order."""
+    content = "".join(p + s for p, s in parts) + tail
+    path = tmp_path_factory.mktemp("txt") / "c.txt"
+    path.write_bytes(content.encode("utf-8"))
+    want = [b.strip() for b in content.replace("\r\n", "\n").split("\n\n") if b.strip()]
+    got = [d for p in plan_partitions([path], "text", partition_bytes) for d in read_partition(p, "text")]
+    assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["x", "y z", "", "ünï", "a\nb"]), max_size=20), st.integers(1, 50))
+def test_jsonl_partitions_and_compressed_files(tmp_path_factory, texts, partition_bytes) -> None:
+    directory = tmp_path_factory.mktemp("jsonl")
+    data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    (directory / "c.jsonl").write_bytes(data)
+    (directory / "c.jsonl.gz").write_bytes(gzip.compress(data))
+    want = [t for t in texts if t]
+    for name in ("c.jsonl", "c.jsonl.gz"):
+        got = [d for p in plan_partitions([directory / name], "text", partition_bytes) for d in read_partition(p, "text")]
+        assert got == want, name
+
+
+def test_bad_lines_are_one_line_errors_naming_file_and_byte(tmp_path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n{"text": broken\n')
+    with pytest.raises(ConfigError, match=r"c.jsonl' line at byte 17 is not valid JSON"):
+        list(read_partition(plan_partitions([path], "text")[0], "text"))
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"good text\n\nbad \xff byte\n")
+    with pytest.raises(ConfigError, match=r"c.txt' is not UTF-8 text at byte 15"):
+        list(read_partition(plan_partitions([path], "text")[0], "text"))
+
+
+# -- packing ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", PACKING_MODES)
+def test_streamed_rows_equal_the_in_memory_rows(tmp_path, corpus, tokenizers, mode) -> None:
+    """One partition, nothing held out: the streamed shards hold exactly today's in-memory blocks, every mode."""
+    path, docs = corpus
+    kind = "gpt2" if mode in ("contiguous", "documents") else "wordpiece"
+    tok = TextTokenizer.load(tokenizers[kind])
+    job = PackingJob(tokenizers[kind], mode, 64, 0.0, seed=7)
+    partitions, fingerprint = corpus_partitions(str(path), "text", "train")
+    assert len(partitions) == 1
+    blocks = load_shards(prepare_shards(job, partitions, fingerprint, tmp_path, progress=False))
+    reference = pack(tokenize_documents(docs, tok, by_sentence=mode != "contiguous"), mode, 64, tok, 7)
+    assert len(blocks["train"]) == len(reference) > 0 and len(blocks["val"]) == 0
+    _same_blocks(blocks["train"], reference)
+
+
+def _prepare(tmp: Path, corpus_path: Path, tokenizer: str, mode: str, workers: int,
+             nodes: tuple[int, int] = (1, 0)) -> Path:
+    partitions, fingerprint = corpus_partitions(str(corpus_path), "text", "train", partition_bytes=40_000)
+    job = PackingJob(tokenizer, mode, 64, 0.1, seed=3)
+    return prepare_shards(job, partitions, fingerprint, tmp, workers, nodes, progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["contiguous", "sentence_pairs"])
+def test_same_rows_with_1_and_4_workers_and_on_2_nodes(tmp_path, corpus, tokenizers, mode) -> None:
+    """The rows depend on the partitions only: 1 worker, 4 workers and 2 nodes x 2 workers give the same dataset."""
+    tokenizer = tokenizers["gpt2" if mode == "contiguous" else "wordpiece"]
+    one = load_shards(_prepare(tmp_path / "one", corpus[0], tokenizer, mode, 1))
+    four = load_shards(_prepare(tmp_path / "four", corpus[0], tokenizer, mode, 4))
+    node0 = _prepare(tmp_path / "nodes", corpus[0], tokenizer, mode, 2, (2, 0))
+    with pytest.raises(ConfigError, match="partitions of .* are not packed yet"):
+        load_shards(node0)
+    nodes = load_shards(_prepare(tmp_path / "nodes", corpus[0], tokenizer, mode, 2, (2, 1)))
+    assert len(list(node0.glob("part-*"))) > 4
+    for split in ("train", "val"):
+        assert len(one[split]) > 0
+        _same_blocks(one[split], four[split])
+        _same_blocks(one[split], nodes[split])
+
+
+def test_held_out_documents_by_keyed_hash() -> None:
+    docs = [f"document {i}" for i in range(4000)]
+    held = [d for d in docs if is_validation(d, 5, 0.1)]
+    assert 320 < len(held) < 480
+    assert held == [d for d in docs if is_validation(d, 5, 0.1)]  # a function of the text and the seed only
+    assert held != [d for d in docs if is_validation(d, 6, 0.1)]
+    assert not any(is_validation(d, 5, 0.0) for d in docs)
+
+
+def test_nsp_pairs_from_a_bounded_window_keep_their_statistics(tmp_path, corpus, tokenizers) -> None:
+    """NSP over a window of other documents much smaller than the corpus: half the pairs are random, every pair
+    fits the block, [CLS] A [SEP] B [SEP] with B where segment_b_start says."""
+    tok = TextTokenizer.load(tokenizers["wordpiece"])
+    partitions, fingerprint = corpus_partitions(str(corpus[0]), "text", "train")
+    job = PackingJob(tokenizers["wordpiece"], "sentence_pairs", 64, 0.0, seed=1, window=2000)
+    blocks = load_shards(prepare_shards(job, partitions, fingerprint, tmp_path, progress=False))["train"]
+    labels = np.asarray(blocks.sentence_label)
+    assert 0.4 < labels.mean() < 0.6
+    ids, starts = np.asarray(blocks.input_ids), np.asarray(blocks.segment_b_start)
+    for row, b in zip(ids[:200], starts[:200]):
+        assert row[0] == tok.ids["cls"] and row[b - 1] == tok.ids["sep"]
+        assert (row[b:] == tok.ids["sep"]).any()
+
+
+def test_document_pool_stays_within_its_window() -> None:
+    sizes = [int(s) for s in np.random.default_rng(0).integers(1, 50, size=300)]
+    docs = [TokenizedDocument([[0] * n]) for n in sizes]
+    window = 120
+    for index, pool in document_pools(iter(docs), window):
+        me = pool[index]
+        before = sum(len(d.sentences[0]) for d in pool[:index])
+        after = sum(len(d.sentences[0]) for d in pool[index + 1:])
+        assert before < window + 50 and after < window + 50 and me in docs
+    everything = [pool for _, pool in document_pools(iter(docs), sum(sizes))]
+    assert all(len(p) == len(docs) for p in everything)  # a window over the whole corpus: the in-memory draws
+
+
+def test_changed_corpus_or_recipe_gets_new_shards(tmp_path, tokenizers) -> None:
+    path = tmp_path / "c.txt"
+    path.write_text("one two three four five six seven eight nine ten. " * 40, encoding="utf-8")
+    job = PackingJob(tokenizers["gpt2"], "contiguous", 16, 0.0, seed=0)
+    first = shard_set_dir(tmp_path, job, *corpus_partitions(str(path), "text", "train"))
+    path.write_text("other words entirely, and more of them. " * 40, encoding="utf-8")
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert shard_set_dir(tmp_path, job, *corpus_partitions(str(path), "text", "train")) != first
+    other = PackingJob(tokenizers["gpt2"], "contiguous", 32, 0.0, seed=0)
+    assert shard_set_dir(tmp_path, other, *corpus_partitions(str(path), "text", "train")) != first
+
+
+_KILL_CHILD = """
+import sys
+from pathlib import Path
+from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, prepare_shards
+partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train", partition_bytes=int(sys.argv[4]))
+job = PackingJob(sys.argv[2], "contiguous", 64, 0.1, seed=3)
+prepare_shards(job, partitions, fingerprint, Path(sys.argv[3]), workers=1, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_killed_preparation_resumes_to_the_same_shards(tmp_path, corpus, tokenizers) -> None:
+    """SIGKILL while partitions are being packed, then run again: the same shards as a run never interrupted,
+    and no temporary shard left behind."""
+    path = tmp_path / "big.jsonl"
+    path.write_text(corpus[0].read_text(encoding="utf-8") * 6, encoding="utf-8")
+    args = [str(path), tokenizers["gpt2"]]
+    child = subprocess.Popen([sys.executable, "-c", _KILL_CHILD, *args, str(tmp_path / "killed"), "60000"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((tmp_path / "killed").glob("shards/*/part-*")):
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    done = list((tmp_path / "killed").glob("shards/*/part-*"))
+    total = len(json.loads(next((tmp_path / "killed").glob("shards/*/plan.json")).read_text())["partitions"])
+    assert 0 < len(done) < total, "the kill must land mid-preparation"
+    subprocess.run([sys.executable, "-c", _KILL_CHILD, *args, str(tmp_path / "killed"), "60000"], check=True)
+    subprocess.run([sys.executable, "-c", _KILL_CHILD, *args, str(tmp_path / "straight"), "60000"], check=True)
+    killed = next((tmp_path / "killed").glob("shards/*"))
+    assert not list(killed.glob(".tmp-*"))
+    resumed, straight = load_shards(killed), load_shards(next((tmp_path / "straight").glob("shards/*")))
+    for split in ("train", "val"):
+        _same_blocks(resumed[split], straight[split])
+
+
+_LIMITED_CHILD = """
+import resource, sys
+from pathlib import Path
+limit = int(sys.argv[4]) << 20
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+if sys.argv[5] == "memory":
+    from plm_lightning.data.packing import pack, tokenize_documents
+    from plm_lightning.data.sources import load_documents
+    from plm_lightning.data.tokenizer import TextTokenizer
+    tok = TextTokenizer.load(sys.argv[2])
+    pack(tokenize_documents(load_documents(sys.argv[1])[0], tok, False), "contiguous", 64, tok, 0)
+else:
+    from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, load_shards, prepare_shards
+    partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train", partition_bytes=4 << 20)
+    root = prepare_shards(PackingJob(sys.argv[2], "contiguous", 64, 0.01, 0), partitions, fingerprint,
+                          Path(sys.argv[3]), workers=1, progress=False)
+    print(len(load_shards(root)["train"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_corpus_larger_than_the_memory_limit_still_prepares(tmp_path, corpus, tokenizers) -> None:
+    """Under a data-segment limit (RLIMIT_DATA) that the in-memory packer exceeds on this corpus, the streamed
+    preparation finishes: its memory is set by its buffers, not by the corpus."""
+    path = tmp_path / "big.jsonl"
+    text = corpus[0].read_text(encoding="utf-8")
+    with open(path, "w", encoding="utf-8") as f:
+        while f.tell() < 12 << 20:
+            f.write(text)
+    limit_mb = "700"
+    args = [sys.executable, "-c", _LIMITED_CHILD, str(path), tokenizers["gpt2"], str(tmp_path / "cache"), limit_mb]
+    in_memory = subprocess.run([*args, "memory"], capture_output=True, text=True)
+    assert in_memory.returncode != 0  # the limit bites: a MemoryError, or the tokenizer's allocation abort
+    assert "MemoryError" in in_memory.stderr or "memory allocation" in in_memory.stderr
+    streamed = subprocess.run([*args, "streamed"], capture_output=True, text=True)
+    assert streamed.returncode == 0, streamed.stderr[-2000:]
+    assert int(streamed.stdout.split()[-1]) > 40_000
+
+
+@pytest.mark.slow
+def test_pack_command_then_fit_trains_from_the_same_shards(tmp_path, corpus) -> None:
+    """`pack` (2 workers) writes the shards; `fit` on the same recipe and source trains from them unchanged."""
+    env = {**os.environ, "PLM_LIGHTNING_CACHE": str(tmp_path / "cache")}
+    common = ["--config", str(ROOT / "configs" / "gpt2.yaml"), "--data.source", str(corpus[0]),
+              "--data.partition_bytes", "30000", "--data.tokenizer_vocab_size", "600"]
+    packed = subprocess.run([sys.executable, "-m", "plm_lightning", "pack", *common, "--workers", "2", "--json"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert packed.returncode == 0, packed.stderr[-2000:]
+    stats = json.loads(packed.stdout.strip().splitlines()[-1])
+    assert stats["partitions"] == stats["total_partitions"] > 2 and stats["rows"]["train"] > 0
+    shards = sorted(Path(stats["directory"]).glob("part-*/meta.json"))
+    stamps = [p.stat().st_mtime_ns for p in shards]
+    fit = subprocess.run([sys.executable, "-m", "plm_lightning", "fit", *common, "--trainer.max_steps", "2",
+                          "--trainer.limit_val_batches", "1",
+                          "--trainer.default_root_dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert [p.stat().st_mtime_ns for p in sorted(Path(stats["directory"]).glob("part-*/meta.json"))] == stamps
+    assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
