@@ -143,3 +143,29 @@ def test_prepare_cli_writes_a_corpus_and_its_report(tmp_path, capsys) -> None:
     error = cli_error(["prepare", str(tmp_path / "raw.jsonl"), str(tmp_path / "o.jsonl"), "--bad-words",
                        str(tmp_path / "missing.txt")], capsys)
     assert "--bad-words: no such file" in error
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_streamed_cleaning_equals_the_in_memory_cleaner(tmp_path, workers) -> None:
+    """The partitioned two-pass deduplication (hashes sorted on disk) keeps and reports exactly what the in-memory
+    cleaner does, in corpus order, over many partitions and workers; spans repeat within and across partitions."""
+    from plm_lightning.data.corpus_cleaning import clean_corpus
+    from plm_lightning.data.corpus_packing import corpus_partitions
+    from plm_lightning.data.sources import embedded_corpus
+
+    docs = list(embedded_corpus())[:40]
+    pages = [*docs, *docs[5:15], "\n".join(docs[3].splitlines()[:12]), docs[20] + "\n" + docs[21]]
+    pages = [p.replace("\n\n", "\n") for p in pages]  # one page per JSON line
+    source = tmp_path / "raw.jsonl"
+    source.write_text("".join(json.dumps({"text": p}) + "\n" for p in pages), encoding="utf-8")
+    config = CleaningConfig(steps=("min_words", "curly_bracket", "min_sentences", "dedup"), min_words=3)
+    cleaner = Cleaner(config)
+    want = list(cleaner.run(pages))
+    partitions, _ = corpus_partitions(str(source), "text", "train", partition_bytes=30_000)
+    assert len(partitions) > 3
+    out = tmp_path / "clean.jsonl"
+    report = clean_corpus(partitions, "text", config, out, workers=workers, progress=False)
+    got = [json.loads(line)["text"] for line in out.read_text(encoding="utf-8").splitlines()]
+    assert got == want and report.as_dict() == cleaner.report.as_dict()
+    assert report.steps["dedup"].lines > 0 and report.steps["dedup"].pages > 0
+    assert not list(tmp_path.glob(".clean.jsonl.work-*"))

@@ -56,6 +56,15 @@ class CleaningReport:
     lines_out: int = 0
     steps: dict[str, StepCount] = field(default_factory=dict)
 
+    def add(self, other: CleaningReport) -> None:
+        """Add the counts of ``other`` (another part of the corpus) to these."""
+        for name in ("pages_in", "lines_in", "pages_out", "lines_out"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, count in other.steps.items():
+            mine = self.steps.setdefault(name, StepCount())
+            mine.pages += count.pages
+            mine.lines += count.lines
+
     def as_dict(self) -> dict:
         return {"pages_in": self.pages_in, "lines_in": self.lines_in, "pages_out": self.pages_out,
                 "lines_out": self.lines_out,
@@ -186,10 +195,8 @@ class Cleaner:
         drop: set[int] = set()
         for start in range(len(sentences) - n + 1):
             key = " ".join(" ".join(s.lower().split()) for _, s in sentences[start: start + n])
-            if key in self.seen_spans:
+            if self.seen_before(key, start):
                 drop.update(range(start, start + n))
-            else:
-                self.seen_spans.add(key)
         if not drop:
             return lines
         kept: dict[int, list[str]] = {}
@@ -197,6 +204,14 @@ class Cleaner:
             if k not in drop:
                 kept.setdefault(i, []).append(s)
         return [" ".join(kept[i]) for i in sorted(kept)]
+
+    def seen_before(self, key: str, start: int) -> bool:
+        """Whether span ``key`` (the window starting at sentence ``start`` of this page) occurred earlier in the
+        corpus; remembers it. In memory here; ``corpus_cleaning`` answers it from hashes sorted on disk."""
+        if key in self.seen_spans:
+            return True
+        self.seen_spans.add(key)
+        return False
 
     def clean(self, page: str) -> str | None:
         """The cleaned page, or None when a step dropped it (counted in the report)."""

@@ -31,7 +31,12 @@ def run_prepare(argv: list[str]) -> None:
     parser.add_argument("--dedup-span", type=int, default=3, help="sentences per deduplicated span")
     parser.add_argument("--text-field", default="text", help="the text column of .jsonl/.parquet/dataset sources")
     parser.add_argument("--report", default=None, help="also write the report as JSON to this file")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes for a corpus on disk (default: one per CPU core); any number gives the "
+                             "same pages and report")
     args = parser.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} must be >= 1")
     out = Path(args.out)
     if out.suffix != ".jsonl":
         raise ConfigError(f"prepare: the output '{args.out}' must be a .jsonl file")
@@ -42,21 +47,31 @@ def run_prepare(argv: list[str]) -> None:
     config = CleaningConfig(steps=steps, min_words=args.min_words, min_sentences=args.min_sentences,
                             bad_words=args.bad_words, language=args.language,
                             language_threshold=args.language_threshold, dedup_span=args.dedup_span)
+    from plm_lightning.data.corpus_cleaning import clean_corpus
+    from plm_lightning.data.corpus_packing import available_cores, corpus_partitions
     from plm_lightning.data.sources import load_documents
     from plm_lightning.files import atomic_write
     from plm_lightning.progress import progress_bar
 
-    pages = load_documents(args.source, args.text_field)[0]
-    cleaner = Cleaner(config)
-    kept = list(cleaner.run(pages, progress_bar(len(pages), "cleaning pages")))
-    atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
-                                                 encoding="utf-8"))
-    report = cleaner.report
+    if out.exists() and not out.is_file():
+        raise ConfigError(f"prepare: the output '{args.out}' exists and is not a file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    planned = corpus_partitions(args.source, args.text_field, "train")
+    if planned is not None:  # a corpus on disk: streamed, partition by partition
+        report = clean_corpus(planned[0], args.text_field, config, out, args.workers or available_cores())
+        kept_pages = report.pages_out
+    else:  # the embedded corpus, the knowledge world: built in memory anyway
+        pages = load_documents(args.source, args.text_field)[0]
+        cleaner = Cleaner(config)
+        kept = list(cleaner.run(pages, progress_bar(len(pages), "cleaning pages")))
+        atomic_write(out, lambda tmp: tmp.write_text("".join(json.dumps({"text": p}) + "\n" for p in kept),
+                                                     encoding="utf-8"))
+        report, kept_pages = cleaner.report, len(kept)
     if args.report:
         atomic_write(Path(args.report), lambda tmp: tmp.write_text(json.dumps(report.as_dict(), indent=1),
                                                                    encoding="utf-8"))
     print(report.table())
-    print(f"wrote {len(kept):,} pages to {out}")
+    print(f"wrote {kept_pages:,} pages to {out}")
 
 
 def run_optimize(argv: list[str]) -> None:

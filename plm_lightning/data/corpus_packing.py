@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -205,37 +207,41 @@ def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: st
     if not todo:
         return root
     total = sum(p.size for p in todo)
-    bar = _Progress(total, f"packing {len(todo)} of {len(partitions)} partitions ({job.mode}, {workers} "
-                           f"worker{'s' if workers > 1 else ''})", progress)
-    try:
-        if workers == 1 or len(todo) == 1:
-            bar.start()
-            for p in todo:
-                pack_partition(job, p, root, bar.advance)
-        else:
-            _pack_in_workers(job, todo, root, min(workers, len(todo)), bar)
-    finally:
-        bar.close()
+    bar = Progress(total, f"packing {len(todo)} of {len(partitions)} partitions ({job.mode}, {workers} "
+                          f"worker{'s' if workers > 1 else ''})", progress)
+    run_in_workers(partial(pack_partition, job, root=root), todo, workers, bar)
     return root
 
 
-def _pack_in_workers(job: PackingJob, todo: list[Partition], root: Path, workers: int, bar: _Progress) -> None:
-    import multiprocessing as mp
+def run_in_workers(fn: Callable[..., Any], items: list, workers: int, bar: Progress) -> list:
+    """``fn(item, progress=report)`` for every item, in ``workers`` processes (or in this one for one worker or one
+    item), ``report(n)`` advancing ``bar`` by ``n`` bytes; the results in the order of ``items``. A worker's error is
+    raised here (a ``ConfigError`` keeps its one line)."""
+    try:
+        if workers == 1 or len(items) <= 1:
+            bar.start()
+            return [fn(item, progress=bar.advance) for item in items]
+        import multiprocessing as mp
 
-    # fork where the platform has it (as torch's DataLoader workers do): spawn would re-import a user's main script
-    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    queue = context.Queue()
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(queue,)) as pool:
-        pending = {pool.submit(_worker_pack, job, p, root) for p in todo}  # forks every worker before the bar starts
-        bar.start()
-        while pending:
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+        # fork where the platform has it (as torch's DataLoader workers do): spawn would re-import a user's script
+        context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        queue = context.Queue()
+        with ProcessPoolExecutor(min(workers, len(items)), mp_context=context, initializer=_worker_init,
+                                 initargs=(queue,)) as pool:
+            futures = [pool.submit(_in_worker, fn, item) for item in items]  # forks every worker before the bar
+            bar.start()
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                while not queue.empty():
+                    bar.advance(queue.get())
+                for future in done:
+                    future.result()
             while not queue.empty():
                 bar.advance(queue.get())
-            for future in done:
-                future.result()  # re-raises a worker's error (a ConfigError keeps its one line)
-        while not queue.empty():
-            bar.advance(queue.get())
+            return [f.result() for f in futures]
+    finally:
+        bar.close()
 
 
 _QUEUE = None
@@ -244,10 +250,10 @@ _QUEUE = None
 def _worker_init(queue) -> None:  # noqa: ANN001
     global _QUEUE
     _QUEUE = queue
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one worker, one core
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one worker, one core
 
 
-def _worker_pack(job: PackingJob, partition: Partition, root: Path) -> dict:
+def _in_worker(fn: Callable[..., Any], item: Any) -> Any:
     pending = [0]
 
     def report(n: int) -> None:
@@ -256,9 +262,9 @@ def _worker_pack(job: PackingJob, partition: Partition, root: Path) -> dict:
             _QUEUE.put(pending[0])
             pending[0] = 0
 
-    stats = pack_partition(job, partition, root, report)
+    result = fn(item, progress=report)
     _QUEUE.put(pending[0])
-    return stats
+    return result
 
 
 def is_packed(directory: Path) -> bool:
@@ -313,7 +319,7 @@ def shard_statistics(root: Path) -> dict:
     return totals
 
 
-class _Progress:
+class Progress:
     """A rich bar with MB/s and ETA on a terminal; otherwise, for a large job, a line every 10% on stderr."""
 
     quiet_below = 64 << 20
