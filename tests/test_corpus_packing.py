@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -294,3 +296,60 @@ def test_pack_command_then_fit_trains_from_the_same_shards(tmp_path, corpus) -> 
     assert fit.returncode == 0, fit.stderr[-3000:]
     assert [p.stat().st_mtime_ns for p in sorted(Path(stats["directory"]).glob("part-*/meta.json"))] == stamps
     assert len(list((tmp_path / "cache" / "shards").iterdir())) == 1
+
+
+def test_multilingual_corpora_on_disk_stream_per_language(tmp_path, corpus) -> None:
+    """Each language's corpus on disk is packed into its own shards (the streamed path), the shared tokenizer
+    trained on every language's sample; the in-memory languages (fake:) keep the in-memory path beside them."""
+    from plm_lightning.data.multilingual import MultilingualDataModule
+    from plm_lightning.data.shards import ShardedBlocks
+    from plm_lightning.data.sources import fake_language
+
+    other = tmp_path / "fk.jsonl"
+    other.write_text("".join(json.dumps({"text": fake_language(d)}) + "\n" for d in corpus[1][:30]), encoding="utf-8")
+    dm = MultilingualDataModule(corpora={"en": str(corpus[0]), "fk": str(other), "mem": f"fake:{corpus[0]}"},
+                                max_documents=None, tokenizer_vocab_size=800, seq_len=32, cache_dir=str(tmp_path),
+                                preparation_workers=1)
+    dm.setup()
+    kinds = [type(b) for b in dm.stream_blocks["train"]]
+    assert kinds[:2] == [ShardedBlocks, ShardedBlocks] and kinds[2] is not ShardedBlocks
+    assert len(list((tmp_path / "shards").iterdir())) == 2
+    vocab = dm.tokenizer.tokenizer.get_vocab()
+    assert any("\u0561" <= ch <= "\u0586" for token in vocab for ch in token)  # the Fake-English letters
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape == (dm.batch_size, 32)
+
+
+# Today's in-memory blocks of every packing mode on the embedded corpus, recorded with the packers before the streamed
+# path existed (commit 49097f8): the embedded default must keep packing exactly this. The embedded corpus is the
+# standard library's text, so the pins hold for the Python, tokenizers and pysbd they were recorded with.
+PINNED_ENVIRONMENT = ((3, 11, 7), '0.23.3', '0.3.4')
+PINNED_BLOCKS = {
+    'contiguous': [3413, '40753cd77b8cd8ee'],
+    'documents': [3169, 'a80d393712c035de'],
+    'full_sentences': [4165, 'c8db9880e74189ea'],
+    'doc_sentences': [4197, '97c947065dab9e1e'],
+    'sentence_pairs': [3248, 'f16d0fbf46da68a5'],
+    'sentence_order': [1912, '2920e3a837164252'],
+    'sentence_distance': [3410, 'c8bf5e753f6e77d5'],
+    'continuation_pairs': [1922, '94d65162bf6c386c'],
+}
+
+
+@pytest.mark.skipif((sys.version_info[:3], tokenizers.__version__, version("pysbd")) != PINNED_ENVIRONMENT,
+                    reason="the pins were recorded on another Python / tokenizers / pysbd")
+def test_embedded_corpus_packs_as_before() -> None:
+    import hashlib
+
+    docs = list(embedded_corpus())[:100]
+    toks = {kind: train_tokenizer(kind, docs, 1000) for kind in ("bpe", "gpt2")}  # BPE training is deterministic
+    for mode in PACKING_MODES:
+        tok = toks["gpt2" if mode in ("contiguous", "documents") else "bpe"]
+        blocks = pack(tokenize_documents(docs, tok, by_sentence=mode != "contiguous"), mode, 64, tok, 7)
+        digest = hashlib.sha256()
+        for name in BLOCK_FIELDS:
+            value = getattr(blocks, name)
+            if value is not None:
+                digest.update(name.encode())
+                digest.update(np.ascontiguousarray(value).tobytes())
+        assert [len(blocks), digest.hexdigest()[:16]] == PINNED_BLOCKS[mode], mode

@@ -120,28 +120,36 @@ def run_pack(argv: list[str]) -> None:
         raise ConfigError("plm_lightning pack: give --config RECIPE.yaml (and --data.source FILES)")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
-    from plm_lightning.data.corpus_packing import prepare_shards, shard_statistics
+    from plm_lightning.data.corpus_packing import shard_statistics
     from plm_lightning.inspection import build_datamodule
 
     datamodule, _ = build_datamodule(args.config, rest, prepare=False)
-    if not datamodule.streams_from_disk():
+    if args.workers is not None:
+        datamodule.preparation_workers = args.workers
+    start = time.monotonic()
+    roots = datamodule.prepare_corpora((args.num_nodes, args.node_rank))
+    if not roots:
         raise ConfigError("plm_lightning pack: data.source must be files, a directory, a glob or a dataset on disk "
                           f"(got {datamodule.source or 'embedded'!r}; the embedded corpus, the knowledge world, "
                           "data.max_documents and ERNIE's knowledge units are packed in memory by fit itself)")
-    partitions, fingerprint = datamodule.partitions()
-    workers = args.workers or datamodule.preparation_workers
-    start = time.monotonic()
-    root = prepare_shards(datamodule.packing_job(), partitions, fingerprint, datamodule.cache_dir, workers,
-                          (args.num_nodes, args.node_rank))
-    stats = {**shard_statistics(root), "total_partitions": len(partitions), "seconds": time.monotonic() - start,
-             "workers": workers, "directory": str(root)}
+    stats: dict = {"partitions": 0, "total_partitions": 0, "bytes": 0, "rows": {}, "tokens": {}, "documents": {}}
+    for root in roots:
+        part = shard_statistics(root)
+        stats["partitions"] += part["partitions"]
+        stats["bytes"] += part["bytes"]
+        stats["total_partitions"] += len(json.loads((root / "plan.json").read_text())["partitions"])
+        for key in ("rows", "tokens", "documents"):
+            for split, value in part.get(key, {}).items():
+                stats[key][split] = stats[key].get(split, 0) + value
+    stats.update(seconds=time.monotonic() - start, workers=datamodule.preparation_workers,
+                 directory=str(roots[0]), directories=[str(r) for r in roots])
     if args.json:
         print(json.dumps(stats))
         return
-    rows, tokens = stats.get("rows", {}), stats.get("tokens", {})
-    print(f"packed {stats['partitions']} of {len(partitions)} partitions ({stats['bytes'] / 1e6:,.1f} MB of text) "
-          f"into {rows.get('train', 0):,} training and {rows.get('val', 0):,} validation blocks "
-          f"({sum(tokens.values()):,} tokens) in {root}")
-    if stats["partitions"] < len(partitions):
-        print(f"{len(partitions) - stats['partitions']} partitions are other nodes' share: run `pack` with their "
-              "--node-rank, then `fit` finds every shard")
+    rows, tokens = stats["rows"], stats["tokens"]
+    print(f"packed {stats['partitions']} of {stats['total_partitions']} partitions ({stats['bytes'] / 1e6:,.1f} MB "
+          f"of text) into {rows.get('train', 0):,} training and {rows.get('val', 0):,} validation blocks "
+          f"({sum(tokens.values()):,} tokens) in {', '.join(stats['directories'])}")
+    if stats["partitions"] < stats["total_partitions"]:
+        print(f"{stats['total_partitions'] - stats['partitions']} partitions are other nodes' share: run `pack` with "
+              "their --node-rank, then `fit` finds every shard")

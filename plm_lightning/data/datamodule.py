@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -150,7 +150,7 @@ class TextDataModule(L.LightningDataModule):
         self._documents: tuple[list[str], str] | None = None
         self.preparation_workers = preparation_workers or available_cores()
         self.partition_bytes, self.tokenizer_train_bytes = partition_bytes, tokenizer_train_bytes
-        self._partitions: tuple[list[Partition], str] | None | bool = False  # False: not planned yet
+        self._partitions: dict[str | None, tuple[list[Partition], str] | None] = {}
         self.blocks: dict[str, PackedBlocks] = {}
 
     # -- text and tokenizer -------------------------------------------------------------------------------------
@@ -159,13 +159,15 @@ class TextDataModule(L.LightningDataModule):
             self._documents = load_documents(self.source, self.text_field, self.split_name, self.max_documents)
         return self._documents
 
-    def partitions(self) -> tuple[list[Partition], str] | None:
-        """The partitions and fingerprint of a corpus on disk, read as a stream (``corpus_files``); None for a corpus
-        built in memory (the embedded corpus, the knowledge world) and with ``max_documents``."""
-        if self._partitions is False:
-            self._partitions = (None if self.max_documents is not None else
-                                corpus_partitions(self.source, self.text_field, self.split_name, self.partition_bytes))
-        return self._partitions
+    def partitions(self, source: str | None | bool = False) -> tuple[list[Partition], str] | None:
+        """The partitions and fingerprint of a corpus on disk (``source``, default ``data.source``), read as a stream
+        (``corpus_files``); None for a corpus built in memory (the embedded corpus, the knowledge world) and with
+        ``max_documents``."""
+        source = self.source if source is False else source
+        if source not in self._partitions:
+            self._partitions[source] = (None if self.max_documents is not None else corpus_partitions(
+                source, self.text_field, self.split_name, self.partition_bytes))
+        return self._partitions[source]
 
     def _tokenizer_texts(self) -> Iterable[str]:
         planned = self.partitions()
@@ -198,33 +200,43 @@ class TextDataModule(L.LightningDataModule):
             for uri in self.streaming:  # nothing to build: the streams' packing must be the recipe's
                 check_stream_meta(uri, read_meta(uri), self.packing, self.packed_length())
             return
-        if self.streams_from_disk():
-            self.blocks = self._packed_shards()
-        else:
-            self.blocks = build_or_load(
-                lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
-                self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
-                self.word_segmenter,
-            )
+        self.blocks = self.blocks_of(self.source, lambda: self.documents()[0], self._fingerprint)
         if len(self.blocks["train"]) == 0:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' yields no {self.packed_length()}-token "
                               f"training block with packing={self.packing}; add text or lower data.seq_len")
 
-    def streams_from_disk(self) -> bool:
-        """Whether the blocks are packed from a corpus on disk into shards as it streams (every recipe on a file
-        or dataset source, but ERNIE's knowledge units, which are fitted on the whole corpus at once)."""
-        return self.partitions() is not None and self.knowledge_spec() is None
+    def streams_from_disk(self, source: str | None | bool = False) -> bool:
+        """Whether blocks of ``source`` (default ``data.source``) are packed from a corpus on disk into shards as it
+        streams: every recipe on files or a dataset, but ERNIE's knowledge units, fitted on the whole corpus."""
+        return self.partitions(source) is not None and self.knowledge_spec() is None
 
-    def packing_job(self) -> PackingJob:
-        """What the preparation workers need to pack this recipe's blocks from any partition."""
-        return PackingJob(self.tokenizer.file, self.packing, self.packed_length(), self.val_fraction, self.seed,
-                          self.text_field, self.word_segmenter)
+    def packing_job(self, mode: str | None = None, length: int | None = None) -> PackingJob:
+        """What the preparation workers need to pack blocks of ``mode`` (default ``data.packing``) from any
+        partition."""
+        return PackingJob(self.tokenizer.file, mode or self.packing, length or self.packed_length(), self.val_fraction,
+                          self.seed, self.text_field, self.word_segmenter)
 
-    def _packed_shards(self, nodes: tuple[int, int] = (1, 0)) -> dict[str, PackedBlocks]:
-        partitions, fingerprint = self.partitions()
-        root = prepare_shards(self.packing_job(), partitions, fingerprint, self.cache_dir, self.preparation_workers,
-                              nodes)
-        return load_shards(root)
+    def corpus_sources(self) -> list[str | None]:
+        """The corpora this data module packs (``data.source``; one per language for multilingual data)."""
+        return [self.source]
+
+    def prepare_corpora(self, nodes: tuple[int, int] = (1, 0)) -> list[Path]:
+        """Pack each corpus on disk of :meth:`corpus_sources` into shards now, or with ``nodes`` = (number, rank)
+        this node's share of them (``python -m plm_lightning pack``); the shard sets' directories."""
+        return [prepare_shards(self.packing_job(), *self.partitions(source), self.cache_dir, self.preparation_workers,
+                               nodes) for source in self.corpus_sources() if self.streams_from_disk(source)]
+
+    def blocks_of(self, source: str | None, documents: Callable[[], list[str]], fingerprint: Callable[[], str]
+                  ) -> dict[str, PackedBlocks]:
+        """The train/validation blocks of ``source``: streamed into shards from disk (:meth:`streams_from_disk`),
+        else packed in memory from ``documents()``; both cached under what the blocks depend on."""
+        if self.streams_from_disk(source):
+            partitions, key = self.partitions(source)
+            root = prepare_shards(self.packing_job(), partitions, key, self.cache_dir, self.preparation_workers)
+            return load_shards(root)
+        return build_or_load(documents, fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
+                             self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
+                             self.word_segmenter)
 
     def packed_length(self) -> int:
         """Tokens per packed block: ``seq_len``, or the raw length a corruption shortens to ``seq_len`` (T5)."""

@@ -14,13 +14,15 @@ bidirectional | loss: masked positions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from plm_lightning.data.block_cache import build_or_load, cached_splits, tokenizer_hash
+from plm_lightning.data.block_cache import cached_splits, tokenizer_hash
 from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.corpus_files import sample_documents
 from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
@@ -98,17 +100,37 @@ class MultiCorpusMixin:
         docs = [d for lang in self.languages for d in self.language_documents(lang)[0]]
         return docs, self._fingerprint()
 
+    def corpus_sources(self) -> list[str | None]:
+        return [self.corpora[lang] for lang in self.languages]
+
+    def _tokenizer_texts(self) -> Iterator[str]:
+        """Every language's text, a corpus on disk through its bounded sample (``tokenizer_train_bytes`` shared
+        equally by the languages)."""
+        for lang in self.languages:
+            planned = self.partitions(self.corpora[lang])
+            if planned is None:
+                yield from self.language_documents(lang)[0]
+            else:
+                yield from sample_documents(planned[0], self.text_field, self.tokenizer_train_bytes // len(self.languages))
+
+    def _tokenizer_fingerprint(self) -> str:
+        sampled = [lang for lang in self.languages if (planned := self.partitions(self.corpora[lang])) is not None
+                   and sum(p.size for p in planned[0]) > self.tokenizer_train_bytes // len(self.languages)]
+        return self._fingerprint() + (f"-sample{self.tokenizer_train_bytes}" if sampled else "")
+
     def _fingerprint(self) -> str:
         return "multilingual-" + "|".join(f"{lang}={self._language_fingerprint(lang)}" for lang in self.languages)
 
     # -- blocks: one stream per language ------------------------------------------------------------------------
     def _load_blocks(self) -> None:
-        tok, length = self.tokenizer, self.packed_length()
+        length = self.packed_length()
         streams: dict[str, list[PackedBlocks]] = {"train": [], "val": []}
         for lang in self.languages:
-            blocks = build_or_load(lambda lang=lang: self.language_documents(lang)[0], self._language_fingerprint(lang),
-                                   tok, tok.file, self.packing, length, self.val_fraction, self.seed,
-                                   self.cache_dir, self.knowledge_spec(), self.word_segmenter)
+            try:
+                blocks = self.blocks_of(self.corpora[lang], lambda lang=lang: self.language_documents(lang)[0],
+                                        lambda lang=lang: self._language_fingerprint(lang))
+            except ConfigError as err:
+                raise ConfigError(f"data.corpora[{lang}]: {err}") from err
             if len(blocks["train"]) == 0:
                 raise ConfigError(f"data.corpora[{lang}]: '{self.corpora[lang]}' yields no {length}-token "
                                   f"training block with packing={self.packing}; add text or lower data.seq_len")
