@@ -8,8 +8,9 @@ for recipes x corpus sizes x worker counts, beside ``tokenizers``' own ``encode_
 The corpus is synthetic, written from the embedded corpus (no download): its documents over and over, each pass
 shuffled and numbered, as JSON lines. Every measured step is a separate process (``python -m plm_lightning pack``
 and the baselines) with ``RAYON_NUM_THREADS=1``, so a worker is one core; memory is the peak over time of the summed
-RSS of the process and its children, sampled from /proc every 0.1 s (shared pages counted in each process: an upper
-bound). Results print as JSON lines, then a table.
+RSS of the process and its children, sampled from /proc every 0.1 s (pages a forked worker shares with its parent
+counted in each: an upper bound), and the summed PSS beside it (shared pages split between the processes).
+Results print as JSON lines, then a table.
 """
 
 from __future__ import annotations
@@ -77,15 +78,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _rss(pid: int) -> int:
+def _memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of a process in bytes: PSS shares the pages a forked worker shares with its parent."""
+    rss = pss = 0
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return rss, pss
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
@@ -93,14 +98,17 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})}, cwd=ROOT)
-    peak = 0
+    peak_rss = peak_pss = 0
     while proc.poll() is None:
-        peak = max(peak, sum(_rss(p) for p in _descendants(proc.pid)))
+        sizes = [_memory(p) for p in _descendants(proc.pid)]
+        peak_rss = max(peak_rss, sum(r for r, _ in sizes))
+        peak_pss = max(peak_pss, sum(p for _, p in sizes))
         time.sleep(0.1)
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    return {"seconds": time.monotonic() - start, "peak_rss_mb": peak / 2**20, "stdout": out}
+    return {"seconds": time.monotonic() - start, "peak_rss_mb": peak_rss / 2**20, "peak_pss_mb": peak_pss / 2**20,
+            "stdout": out}
 
 
 def train_tokenizer(recipe: str, corpus: Path, out: Path) -> dict:
@@ -149,7 +157,8 @@ def pack(recipe: str, corpus: Path, tokenizer: str, workers: int, cache: Path) -
            "--workers", str(workers), "--json"]
     result = measure(cmd, {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
     stats = json.loads(result["stdout"].strip().splitlines()[-1])
-    return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"], "tokens": sum(stats["tokens"].values()),
+    return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"], "peak_pss_mb": result["peak_pss_mb"],
+            "tokens": sum(stats["tokens"].values()),
             "rows": stats["rows"], "partitions": stats["partitions"], "directory": stats["directory"]}
 
 
@@ -179,7 +188,7 @@ print(json.dumps({{"tokens": total}}))
 """
     result = measure([sys.executable, "-c", code], {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                                                     "HF_DATASETS_CACHE": str(work / "hf")})
-    return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"],
+    return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"], "peak_pss_mb": result["peak_pss_mb"],
             "tokens": json.loads(result["stdout"].strip().splitlines()[-1])["tokens"]}
 
 
@@ -250,12 +259,14 @@ def main() -> None:
                 emit({"recipe": recipe, "step": "nanogpt_datasets_map", "size_mb": size / 1e6, "workers": w,
                       "mb_per_s": size / row["seconds"] / 1e6, **row})
                 subprocess.run(["rm", "-rf", str(base)], check=False)
-    print("\nrecipe step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  peak_RSS_MB  tokens")
+    print("\nrecipe step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  peak_RSS_MB  "
+          "peak_PSS_MB  tokens")
     for r in results:
         if r["step"] in ("pack", "nanogpt_datasets_map"):
             print(f"{r['recipe']:6} {r['step']:21} {r['size_mb']:8.0f} {r['workers']:7} {r['seconds']:9.1f} "
                   f"{r['mb_per_s']:6.2f} {r.get('mb_per_s_per_worker', float('nan')):12.2f} "
-                  f"{r.get('of_encode_batch', float('nan')):10.2f} {r['peak_rss_mb']:12.0f}  {r['tokens']:,}")
+                  f"{r.get('of_encode_batch', float('nan')):10.2f} {r['peak_rss_mb']:12.0f} "
+                  f"{r.get('peak_pss_mb', float('nan')):12.0f}  {r['tokens']:,}")
 
 
 if __name__ == "__main__":

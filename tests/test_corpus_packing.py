@@ -352,3 +352,20 @@ def test_embedded_corpus_packs_as_before() -> None:
                 digest.update(name.encode())
                 digest.update(np.ascontiguousarray(value).tobytes())
         assert [len(blocks), digest.hexdigest()[:16]] == PINNED_BLOCKS[mode], mode
+
+
+@pytest.mark.slow
+def test_a_bad_line_in_a_worker_is_one_line_naming_file_and_byte(tmp_path, corpus, tokenizers) -> None:
+    """A JSON line that does not parse, met by a worker process deep in the corpus: `pack` exits 2 with one
+    `plm_lightning: error:` line naming the file and the line's byte offset, no traceback."""
+    from tests.conftest import run_cli
+
+    good = corpus[0].read_bytes()
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(good * 3 + b'{"text": not json}\n' + good)
+    res = run_cli(["pack", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--data.source", str(path),
+                   "--data.partition_bytes", "100000", "--data.tokenizer", tokenizers["gpt2"], "--workers", "2",
+                   "--data.cache_dir", str(tmp_path / "cache")], cwd=tmp_path)
+    lines = [line for line in res.stderr.strip().splitlines() if line.startswith("plm_lightning: error:")]
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"'{path}' line at byte {3 * len(good)} is not valid JSON" in lines[0]

@@ -32,8 +32,9 @@ from plm_lightning.errors import ConfigError
 
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
 PLAIN_SUFFIXES = (".txt", ".jsonl", ".parquet")
-DEFAULT_PARTITION_BYTES = 32 << 20
-"""32 MiB of text per partition: a few minutes of one worker's tokenization, a few hundred partitions for 10 GB."""
+DEFAULT_PARTITION_BYTES = 8 << 20
+"""8 MiB of text per partition: a few seconds of one worker's tokenization (balanced work for a few workers on 100 MB), about
+1,200 partitions for 10 GB (the shards are memory-mapped a few at a time)."""
 MAX_LINE_BYTES = 1 << 30
 
 
@@ -49,17 +50,20 @@ class Segment:
     stop: int
     compression: str | None = None
     split: str = "train"
+    """A dataset's split."""
+    weight: int = 0
+    """Bytes of a Parquet segment (row groups' sizes) or a dataset segment (estimated), for progress."""
 
     @property
     def size(self) -> int:
-        """Bytes (or, for datasets, an estimate) of text this segment covers, for progress."""
+        """Bytes this segment covers (compressed bytes for a compressed file), for partitioning and progress."""
         return self.stop - self.start if self.kind in ("txt", "jsonl") else self.weight
-
-    weight: int = 0
 
 
 @dataclass(frozen=True)
 class Partition:
+    """The unit of work of the preparation workers and nodes: segments in corpus order, and its place among all."""
+
     index: int
     segments: tuple[Segment, ...]
 
