@@ -369,3 +369,35 @@ def test_a_bad_line_in_a_worker_is_one_line_naming_file_and_byte(tmp_path, corpu
     lines = [line for line in res.stderr.strip().splitlines() if line.startswith("plm_lightning: error:")]
     assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert f"'{path}' line at byte {3 * len(good)} is not valid JSON" in lines[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 2**31), st.integers(0, 50))
+def test_lazy_permutation_is_a_permutation(n, seed, epoch) -> None:
+    from plm_lightning.data.sampling import LazyPermutation
+
+    order = LazyPermutation(n, seed, epoch)(np.arange(n))
+    assert np.array_equal(np.sort(order), np.arange(n))
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_lazy_sampler_covers_the_epoch_over_ranks_and_resumes(drop_last) -> None:
+    """Sharded blocks are sampled without holding a permutation: the ranks together read each sample once per
+    epoch (or the wrapped padding without drop_last), another epoch is another order, and a resume skips exactly."""
+    from plm_lightning.data.sampling import BlockSampler
+
+    n = 1003
+    ranks = [BlockSampler(n, True, 9, num_replicas=3, rank=r, drop_last=drop_last, lazy=True) for r in range(3)]
+    drawn = [list(s) for s in ranks]
+    indices = sorted(i for d in drawn for _, i, _ in d)
+    if drop_last:
+        assert len(indices) == 1002 and len(set(indices)) == 1002
+    else:
+        assert set(indices) == set(range(n)) and len(indices) == 1005
+    positions = sorted(p for d in drawn for _, _, p in d)
+    assert positions == list(range(len(positions)))
+    ranks[0].set_epoch(1)
+    assert [i for _, i, _ in ranks[0]] != [i for _, i, _ in drawn[0]]
+    ranks[0].set_epoch(0)
+    ranks[0].skip = 100
+    assert list(ranks[0]) == drawn[0][100:]

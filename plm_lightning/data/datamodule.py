@@ -33,6 +33,7 @@ from plm_lightning.data.sampling import (
     ResumableDataLoader,
     data_replicas,
 )
+from plm_lightning.data.shards import ShardedBlocks
 from plm_lightning.data.sources import load_documents, source_fingerprint
 from plm_lightning.data.streaming import (
     check_stream_meta,
@@ -282,7 +283,7 @@ class TextDataModule(L.LightningDataModule):
             return []
         replicas, rank = self._replicas()
         sampler = BlockSampler(len(blocks), shuffle=shuffle, seed=self.seed, num_replicas=replicas, rank=rank,
-                               drop_last=shuffle)
+                               drop_last=shuffle, lazy=isinstance(blocks, ShardedBlocks))
         return self._resumable(BlockDataset(blocks), sampler, shuffle)
 
     def _stream_loader(self, streams: list[PackedBlocks], shuffle: bool, weights: np.ndarray | None = None,

@@ -20,15 +20,21 @@ class BlockSampler(DistributedSampler):
     """
 
     def __init__(self, num_samples: int, shuffle: bool, seed: int, num_replicas: int = 1, rank: int = 0,
-                 drop_last: bool = True) -> None:
+                 drop_last: bool = True, lazy: bool = False) -> None:
         self.n = num_samples
         super().__init__(range(num_samples), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
                          drop_last=drop_last)
         self.skip = 0
+        self.lazy = lazy
+        """Compute the order per chunk of positions (:class:`LazyPermutation`) instead of holding the epoch's
+        permutation: memory independent of the number of samples (a corpus streamed into shards)."""
 
     def __iter__(self) -> Iterator[tuple[int, int, int]]:
         """``(epoch, index, position)``: ``position`` is the sample's place in the epoch's global order (all ranks),
         so ``epoch + position / total_size`` is the training progress a schedule (ERNIE's stages) can read."""
+        if self.lazy:
+            yield from self._lazy_iter()
+            return
         order = self.epoch_order()
         order = order[: self.total_size] if self.drop_last else np.resize(order, self.total_size)
         positions = np.arange(self.rank, self.total_size, self.num_replicas)
@@ -36,6 +42,17 @@ class BlockSampler(DistributedSampler):
         skip, self.skip = self.skip, 0
         for index, position in zip(mine[skip:], positions[skip:]):
             yield (self.epoch, int(index), int(position))
+
+    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
+        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
+        skip, self.skip = self.skip, 0
+        first = self.rank + skip * self.num_replicas
+        for start in range(first, self.total_size, chunk * self.num_replicas):
+            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
+            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
+            indices = permutation(wrapped) if permutation is not None else wrapped
+            for index, position in zip(indices.tolist(), positions.tolist()):
+                yield (self.epoch, index, position)
 
     def epoch_order(self) -> np.ndarray:
         """The sample indices of this epoch in global order (all ranks), a function of (seed, epoch) only."""
@@ -45,6 +62,47 @@ class BlockSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class LazyPermutation:
+    """A pseudo-random permutation of ``range(n)`` keyed by (seed, epoch) and evaluated per element: a 4-round
+    Feistel network over the smallest even number of bits that covers ``n``, with cycle walking to stay below ``n``
+    (Black & Rogaway 2002, "Ciphers with Arbitrary Finite Domains", sec. 2 and 5). O(1) memory for any ``n``;
+    vectorised over numpy arrays of positions."""
+
+    ROUNDS = 4
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        if n < 1:
+            raise ValueError(f"a permutation of {n} elements")
+        self.n = n
+        bits = max(2, (n - 1).bit_length())
+        self.half = (bits + 1) // 2
+        self.mask = np.uint64((1 << self.half) - 1)
+        self.keys = np.random.default_rng([seed, epoch, 0xFE1]).integers(0, 2**63, size=self.ROUNDS, dtype=np.uint64)
+
+    def _round(self, right: np.ndarray, key: np.uint64) -> np.ndarray:
+        """SplitMix64's finaliser of (right + key): a bijective mix of 64 bits, cut to the half width."""
+        z = right + key
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) & self.mask
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> np.uint64(self.half), x & self.mask
+        for key in self.keys:
+            left, right = right, left ^ self._round(right, key)
+        return (left << np.uint64(self.half)) | right
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        x = np.asarray(positions, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            y = self._encrypt(x)
+            outside = y >= self.n
+            while outside.any():  # cycle walking: at most a few steps, the domain is < 4n
+                y[outside] = self._encrypt(y[outside])
+                outside = y >= self.n
+        return y.astype(np.int64)
 
 
 def smoothed_probabilities(sizes: np.ndarray | list[int], alpha: float) -> np.ndarray:
@@ -79,6 +137,17 @@ class MixtureSampler(BlockSampler):
             raise ValueError(f"{self.weights.shape[0]} stages of weights need {self.weights.shape[0] - 1} stage_epochs")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
         super().__init__(int(self.sizes.sum()), shuffle=True, seed=seed, num_replicas=num_replicas, rank=rank)
+
+    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
+        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
+        skip, self.skip = self.skip, 0
+        first = self.rank + skip * self.num_replicas
+        for start in range(first, self.total_size, chunk * self.num_replicas):
+            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
+            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
+            indices = permutation(wrapped) if permutation is not None else wrapped
+            for index, position in zip(indices.tolist(), positions.tolist()):
+                yield (self.epoch, index, position)
 
     def epoch_order(self) -> np.ndarray:
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -135,6 +204,17 @@ class InterleavedSampler(BlockSampler):
         super().__init__(int(self.sizes.sum()), shuffle=False, seed=seed, num_replicas=num_replicas, rank=rank,
                          drop_last=False)
 
+    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
+        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
+        skip, self.skip = self.skip, 0
+        first = self.rank + skip * self.num_replicas
+        for start in range(first, self.total_size, chunk * self.num_replicas):
+            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
+            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
+            indices = permutation(wrapped) if permutation is not None else wrapped
+            for index, position in zip(indices.tolist(), positions.tolist()):
+                yield (self.epoch, index, position)
+
     def epoch_order(self) -> np.ndarray:
         fraction = np.concatenate([(np.arange(n) + 0.5) / n for n in self.sizes if n > 0])
         return np.argsort(fraction, kind="stable")
@@ -155,6 +235,17 @@ class SegmentStreamSampler(BlockSampler):
             raise ValueError(f"{num_samples} blocks cannot fill {streams} streams (batch_size x devices)")
         self.total_size = streams * self.segments
         self.num_samples = self.total_size // num_replicas
+
+    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
+        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
+        skip, self.skip = self.skip, 0
+        first = self.rank + skip * self.num_replicas
+        for start in range(first, self.total_size, chunk * self.num_replicas):
+            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
+            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
+            indices = permutation(wrapped) if permutation is not None else wrapped
+            for index, position in zip(indices.tolist(), positions.tolist()):
+                yield (self.epoch, index, position)
 
     def epoch_order(self) -> np.ndarray:
         """Global position r + R (t B + b) (rank r, batch t, row b) holds segment t of stream r B + b."""
