@@ -103,18 +103,24 @@ class MultiCorpusMixin:
     def corpus_sources(self) -> list[str | None]:
         return [self.corpora[lang] for lang in self.languages]
 
+    def _language_partitions(self, language: str) -> tuple[list, str] | None:
+        try:
+            return self.partitions(self.corpora[language])
+        except ConfigError as err:
+            raise ConfigError(f"data.corpora[{language}]: {err}") from err
+
     def _tokenizer_texts(self) -> Iterator[str]:
         """Every language's text, a corpus on disk through its bounded sample (``tokenizer_train_bytes`` shared
         equally by the languages)."""
         for lang in self.languages:
-            planned = self.partitions(self.corpora[lang])
+            planned = self._language_partitions(lang)
             if planned is None:
                 yield from self.language_documents(lang)[0]
             else:
                 yield from sample_documents(planned[0], self.text_field, self.tokenizer_train_bytes // len(self.languages))
 
     def _tokenizer_fingerprint(self) -> str:
-        sampled = [lang for lang in self.languages if (planned := self.partitions(self.corpora[lang])) is not None
+        sampled = [lang for lang in self.languages if (planned := self._language_partitions(lang)) is not None
                    and sum(p.size for p in planned[0]) > self.tokenizer_train_bytes // len(self.languages)]
         return self._fingerprint() + (f"-sample{self.tokenizer_train_bytes}" if sampled else "")
 
@@ -123,7 +129,7 @@ class MultiCorpusMixin:
 
     # -- blocks: one stream per language ------------------------------------------------------------------------
     def _load_blocks(self) -> None:
-        length = self.packed_length()
+        length, _ = self.packed_length(), self.tokenizer  # the tokenizer's errors name their own language
         streams: dict[str, list[PackedBlocks]] = {"train": [], "val": []}
         for lang in self.languages:
             try:
