@@ -138,17 +138,6 @@ class MixtureSampler(BlockSampler):
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
         super().__init__(int(self.sizes.sum()), shuffle=True, seed=seed, num_replicas=num_replicas, rank=rank)
 
-    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
-        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
-        skip, self.skip = self.skip, 0
-        first = self.rank + skip * self.num_replicas
-        for start in range(first, self.total_size, chunk * self.num_replicas):
-            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
-            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
-            indices = permutation(wrapped) if permutation is not None else wrapped
-            for index, position in zip(indices.tolist(), positions.tolist()):
-                yield (self.epoch, index, position)
-
     def epoch_order(self) -> np.ndarray:
         rng = np.random.default_rng([self.seed, self.epoch])
         stage = np.searchsorted(self.stage_epochs, self.epoch + np.arange(self.n) / self.n, side="right")
@@ -204,17 +193,6 @@ class InterleavedSampler(BlockSampler):
         super().__init__(int(self.sizes.sum()), shuffle=False, seed=seed, num_replicas=num_replicas, rank=rank,
                          drop_last=False)
 
-    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
-        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
-        skip, self.skip = self.skip, 0
-        first = self.rank + skip * self.num_replicas
-        for start in range(first, self.total_size, chunk * self.num_replicas):
-            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
-            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
-            indices = permutation(wrapped) if permutation is not None else wrapped
-            for index, position in zip(indices.tolist(), positions.tolist()):
-                yield (self.epoch, index, position)
-
     def epoch_order(self) -> np.ndarray:
         fraction = np.concatenate([(np.arange(n) + 0.5) / n for n in self.sizes if n > 0])
         return np.argsort(fraction, kind="stable")
@@ -235,17 +213,6 @@ class SegmentStreamSampler(BlockSampler):
             raise ValueError(f"{num_samples} blocks cannot fill {streams} streams (batch_size x devices)")
         self.total_size = streams * self.segments
         self.num_samples = self.total_size // num_replicas
-
-    def _lazy_iter(self, chunk: int = 1 << 16) -> Iterator[tuple[int, int, int]]:
-        permutation = LazyPermutation(self.n, self.seed, self.epoch) if self.shuffle else None
-        skip, self.skip = self.skip, 0
-        first = self.rank + skip * self.num_replicas
-        for start in range(first, self.total_size, chunk * self.num_replicas):
-            positions = np.arange(start, min(self.total_size, start + chunk * self.num_replicas), self.num_replicas)
-            wrapped = positions % self.n  # without drop_last the order repeats from its start, as np.resize does
-            indices = permutation(wrapped) if permutation is not None else wrapped
-            for index, position in zip(indices.tolist(), positions.tolist()):
-                yield (self.epoch, index, position)
 
     def epoch_order(self) -> np.ndarray:
         """Global position r + R (t B + b) (rank r, batch t, row b) holds segment t of stream r B + b."""
