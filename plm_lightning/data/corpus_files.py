@@ -153,10 +153,15 @@ def _parquet_segments(path: Path, text_field: str, partition_bytes: int) -> list
     return out
 
 
+def is_saved_dataset(path: str) -> bool:
+    """A directory written by ``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    p = Path(path).expanduser()
+    return p.is_dir() and any((p / marker).is_file() for marker in ("dataset_info.json", "state.json",
+                                                                      "dataset_dict.json"))
+
+
 def open_dataset(source: str, text_field: str, split: str):  # noqa: ANN201 - a datasets.Dataset
     """A saved (``save_to_disk``) or named ``datasets`` dataset's ``split``, its text column checked."""
-    from plm_lightning.data.sources import is_saved_dataset
-
     try:
         import datasets
     except ImportError as err:

@@ -18,7 +18,14 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from plm_lightning.data.corpus_files import COMPRESSIONS, file_kind, open_dataset, plan_partitions, read_partition
+from plm_lightning.data.corpus_files import (
+    COMPRESSIONS,
+    file_kind,
+    is_saved_dataset,
+    open_dataset,
+    plan_partitions,
+    read_partition,
+)
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
 from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, world_from_spec
@@ -138,13 +145,6 @@ def _file_fingerprint(files: list[Path], text_field: str) -> str:
 def _hf_dataset(source: str, text_field: str, split: str) -> tuple[list[str], str]:
     ds = open_dataset(source, text_field, split)
     return [t for t in ds[text_field] if t], f"hf-{source}-{ds._fingerprint}"
-
-
-def is_saved_dataset(path: str) -> bool:
-    """A directory written by ``datasets.Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
-    p = Path(path).expanduser()
-    return p.is_dir() and any((p / marker).is_file() for marker in ("dataset_info.json", "state.json",
-                                                                      "dataset_dict.json"))
 
 
 def source_fingerprint(source: str | None, text_field: str = "text", max_documents: int | None = None) -> str | None:
