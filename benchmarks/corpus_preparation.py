@@ -4,6 +4,7 @@ for recipes x corpus sizes x worker counts, beside ``tokenizers``' own ``encode_
 
     python benchmarks/corpus_preparation.py --sizes 100MB,1GB,3GB --recipes gpt2,t5 --workers 1,2
     python benchmarks/corpus_preparation.py --sizes 100MB --recipes bert --workers 2 --no-baseline
+    python benchmarks/corpus_preparation.py --sizes 100MB,1GB,3GB --recipes gpt2 --baseline-up-to 1GB
 
 The corpus is synthetic, written from the embedded corpus (no download): its documents over and over, each pass
 shuffled and numbered, as JSON lines. Every measured step is a separate process (``python -m plm_lightning pack``
@@ -219,6 +220,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the shards (default: removed after each run)")
     parser.add_argument("--all-workers-up-to", default="1GB",
                         help="larger corpora run with the largest --workers count only")
+    parser.add_argument("--baseline-up-to", default="3GB",
+                        help="the nanoGPT baseline runs on corpora up to this size only (it takes ~8 min a GB)")
     args = parser.parse_args()
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -252,7 +255,7 @@ def main() -> None:
                           **training_rss(recipe, corpora[size], tok["file"], cache, args.train_batches)})
                 if not args.keep:
                     subprocess.run(["rm", "-rf", str(cache)], check=False)
-            if recipe == "gpt2" and not args.no_baseline:
+            if recipe == "gpt2" and not args.no_baseline and size <= parse_size(args.baseline_up_to):
                 w = max(workers)
                 base = work / f"nanogpt-{size}-{w}"
                 row = nanogpt_baseline(tok["file"], corpora[size], w, base)

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning.data.corpus_files import plan_partitions, read_partition
+from plm_lightning.data.corpus_knowledge import load_phrase_table, phrase_table_file
 from plm_lightning.data.corpus_packing import (
     PackingJob,
     corpus_partitions,
@@ -35,7 +36,8 @@ from plm_lightning.data.packing import (
     pack,
     tokenize_documents,
 )
-from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig, fit_phrases
+from plm_lightning.data.sources import embedded_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.errors import ConfigError
 
@@ -125,6 +127,85 @@ def test_streamed_rows_equal_the_in_memory_rows(tmp_path, corpus, tokenizers, mo
     reference = pack(tokenize_documents(docs, tok, by_sentence=mode != "contiguous"), mode, 64, tok, 7)
     assert len(blocks["train"]) == len(reference) > 0 and len(blocks["val"]) == 0
     _same_blocks(blocks["train"], reference)
+
+
+def test_ernie_units_stream_with_the_corpus_phrase_table(tmp_path, corpus, tokenizers) -> None:
+    """ERNIE: the phrase table fitted before packing (the whole corpus, under the sample budget) is the in-memory
+    packer's, and the streamed shards carry exactly its knowledge units and word signals."""
+    path, docs = corpus
+    tok = TextTokenizer.load(tokenizers["wordpiece"])
+    knowledge = KnowledgeSpec(phrases=PhraseConfig(min_count=3, threshold=0.3))
+    partitions, fingerprint = corpus_partitions(str(path), "text", "train")
+    table = phrase_table_file(knowledge, partitions, fingerprint, "text", tok, True, "tokenizer", 1 << 30, tmp_path)
+    sentences = [s for d in docs for s in split_sentences(d)]
+    expected = fit_phrases([words for _, _, words in tok.encode_batch_with_words(sentences)], knowledge.phrases)
+    assert load_phrase_table(table) == expected and len(expected) >= 5
+    job = PackingJob(tokenizers["wordpiece"], "full_sentences", 64, 0.0, seed=7, knowledge=knowledge,
+                     phrases_file=str(table))
+    blocks = load_shards(prepare_shards(job, partitions, fingerprint, tmp_path, progress=False))["train"]
+    reference = pack(tokenize_documents(docs, tok, by_sentence=True, knowledge=knowledge), "full_sentences", 64, tok,
+                     7, knowledge=True)
+    _same_blocks(blocks, reference)
+    assert np.asarray(blocks.in_phrase).any() and np.asarray(blocks.elsewhere).any()
+
+
+def test_ernie2_streams_both_of_its_packings_from_a_sampled_phrase_table(tmp_path, corpus) -> None:
+    """ERNIE 2.0 on a corpus on disk: its blocks and its sentence-distance pairs are shards, marked with one phrase
+    table fitted on a bounded sample (over several partitions: the sample is not the corpus)."""
+    from plm_lightning.data.ernie2 import ERNIE2DataModule
+    from plm_lightning.data.shards import ShardedBlocks
+
+    path, _ = corpus
+    dm = ERNIE2DataModule(source=str(path), tokenizer="wordpiece", tokenizer_vocab_size=1500, seq_len=64,
+                          cache_dir=str(tmp_path / "cache"), partition_bytes=40_000, phrase_sample_bytes=60_000,
+                          phrase_min_count=2, phrase_threshold=0.3, preparation_workers=2)
+    dm.prepare_data()
+    assert dm.packing_modes() == ("full_sentences", "sentence_distance")
+    blocks, pairs = dm.stream_blocks["train"]
+    assert isinstance(blocks, ShardedBlocks) and isinstance(pairs, ShardedBlocks) and len(pairs) > 0
+    assert len(dm.partitions()[0]) >= 3 and len(list((tmp_path / "cache" / "phrases").glob("*.json"))) == 1
+    assert np.asarray(blocks.in_phrase[: len(blocks)]).any()
+    assert set(np.unique(np.asarray(pairs.sentence_label[: len(pairs)]))) == {0, 1, 2}
+
+
+def test_translation_pairs_stream_as_the_in_memory_tlm_blocks(tmp_path, corpus, tokenizers) -> None:
+    """XLM's TLM pairs from a parallel file: one partition, nothing held out, the in-memory blocks exactly; over
+    several partitions and workers every pair once; a bad line met by a worker names its key, file and byte."""
+    from plm_lightning.data.corpus_files import plan_pair_partitions
+    from plm_lightning.data.packing import flagged_sentences, pack_translation_pairs
+    from plm_lightning.data.sources import fake_language, load_parallel, parallel_fingerprint
+
+    _, docs = corpus
+    sentences = [s for d in docs[:20] for s in split_sentences(d)]
+    path = tmp_path / "en-fake.tsv"
+    path.write_text("".join(f"{s}\t{fake_language(s)}\n\n" if i % 7 == 0 else f"{s}\t{fake_language(s)}\r\n"
+                            for i, s in enumerate(sentences)), encoding="utf-8")
+    tok = TextTokenizer.load(tokenizers["wordpiece"])
+    job = PackingJob(tokenizers["wordpiece"], "translation", 128, 0.0, seed=7, languages=(0, 1))
+    one = load_shards(prepare_shards(job, plan_pair_partitions(path), parallel_fingerprint(str(path)),
+                                     tmp_path / "one", progress=False))
+    pairs = load_parallel("en-fake", str(path))[0]
+    flagged = flagged_sentences([side for pair in pairs for side in pair], tok)
+    ids = tok.ids
+    reference = pack_translation_pairs(list(zip(flagged[0::2], flagged[1::2])), 128, ids["cls"], ids["sep"],
+                                       ids["pad"], (0, 1), np.random.default_rng(7))
+    assert len(one["train"]) == len(reference) == len(pairs) and len(one["val"]) == 0
+    _same_blocks(one["train"], reference)
+    held = PackingJob(tokenizers["wordpiece"], "translation", 128, 0.2, seed=7, languages=(0, 1))
+    many = load_shards(prepare_shards(held, plan_pair_partitions(path, 3000), parallel_fingerprint(str(path)),
+                                      tmp_path / "many", workers=2, progress=False))
+    assert len(many["train"]) + len(many["val"]) == len(pairs) and len(many["val"]) > 0
+    rows = [tuple(r) for split in ("train", "val") for r in np.asarray(many[split].input_ids[: len(many[split])])]
+    expected = [tuple(r) for r in np.asarray(reference.input_ids)]
+    uncut = {r for r in expected if r[-1] == ids["pad"]}  # a cut pair loses other tokens with another generator
+    assert len(uncut) > 0.8 * len(expected) and uncut == {r for r in rows if r[-1] == ids["pad"]}
+    with path.open("a", encoding="utf-8") as f:
+        f.write("no tab here\n")
+    bad = PackingJob(tokenizers["wordpiece"], "translation", 128, 0.0, seed=7, languages=(0, 1),
+                     where="data.parallel_corpora[en-fake]")
+    with pytest.raises(ConfigError, match=r"data.parallel_corpora\[en-fake\]: '.*en-fake.tsv' line at byte \d+ is not"):
+        prepare_shards(bad, plan_pair_partitions(path, 3000), parallel_fingerprint(str(path)), tmp_path / "bad",
+                       workers=2, progress=False)
 
 
 def _prepare(tmp: Path, corpus_path: Path, tokenizer: str, mode: str, workers: int,

@@ -41,8 +41,8 @@ MAX_LINE_BYTES = 1 << 30
 @dataclass(frozen=True)
 class Segment:
     """Part of one input: bytes ``[start, stop)`` of a text file, row groups of a Parquet file, rows of a dataset.
-    ``kind`` is ``txt``, ``jsonl``, ``parquet`` or ``dataset``; ``compression`` the codec suffix of a compressed file
-    (then ``start, stop`` cover the whole compressed file)."""
+    ``kind`` is ``txt``, ``jsonl``, ``tsv`` (a parallel corpus), ``parquet`` or ``dataset``; ``compression`` the
+    codec suffix of a compressed file (then ``start, stop`` cover the whole compressed file)."""
 
     path: str
     kind: str
@@ -57,7 +57,7 @@ class Segment:
     @property
     def size(self) -> int:
         """Bytes this segment covers (compressed bytes for a compressed file), for partitioning and progress."""
-        return self.stop - self.start if self.kind in ("txt", "jsonl") else self.weight
+        return self.stop - self.start if self.kind in ("txt", "jsonl", "tsv") else self.weight
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,33 @@ def plan_partitions(files: list[Path], text_field: str, partition_bytes: int = D
             segments.extend(Segment(str(path), kind[0], start, min(size, start + partition_bytes))
                             for start in range(0, size, partition_bytes))
     return _group(segments, partition_bytes)
+
+
+def plan_pair_partitions(path: Path, partition_bytes: int = DEFAULT_PARTITION_BYTES) -> list[Partition]:
+    """Byte ranges of a parallel corpus (``source<TAB>target`` lines, read by :func:`read_pairs`)."""
+    size = path.stat().st_size
+    return _group([Segment(str(path), "tsv", start, min(size, start + partition_bytes))
+                   for start in range(0, size, partition_bytes)], partition_bytes)
+
+
+def read_pairs(partition: Partition, where: str, progress: Callable[[int], None] | None = None
+               ) -> Iterator[tuple[str, str]]:
+    """The sentence pairs of a parallel corpus's partition (the lines that start in it); a line that is not
+    ``source<TAB>target`` is a one-line error naming ``where`` (the config key), the file and the byte."""
+    for segment in partition.segments:
+        lines = _lines(segment, progress or (lambda n: None))
+        next(lines)
+        for offset, line, owned in lines:
+            if not owned:
+                break
+            text = _decode(segment, offset, line).rstrip("\r\n")
+            if not text.strip():
+                continue
+            fields = text.split("\t")
+            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+                raise ConfigError(f"{where}: '{segment.path}' line at byte {offset} is not 'source<TAB>target' (one "
+                                  "tab, two non-empty sides)")
+            yield fields[0].strip(), fields[1].strip()
 
 
 def plan_dataset_partitions(source: str, text_field: str, split: str, partition_bytes: int = DEFAULT_PARTITION_BYTES

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,15 @@ from typing import Any
 import numpy as np
 
 from plm_lightning.data import corpus_files, sources
-from plm_lightning.data.corpus_files import Partition, Segment, read_partition
+from plm_lightning.data.corpus_files import Partition, Segment, read_pairs, read_partition
+from plm_lightning.data.corpus_knowledge import load_phrase_table
+from plm_lightning.data.knowledge import KnowledgeSpec, Phrase
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
-    PackedRow,
+    PackedBlocks,
     TokenizedDocument,
+    flagged_sentences,
+    pack_translation_pairs,
     packed_rows,
     rows_to_blocks,
     tokenize_documents,
@@ -71,6 +76,22 @@ class PackingJob:
     text_field: str = "text"
     segmenter: str = "tokenizer"
     window: int = PAIR_WINDOW_TOKENS
+    knowledge: KnowledgeSpec | None = None
+    """ERNIE's phrase and entity units, marked on every token (``phrases_file``: the corpus's fitted phrase table,
+    :mod:`~plm_lightning.data.corpus_knowledge`; None with a phrase lexicon)."""
+    phrases_file: str | None = None
+    languages: tuple[int, int] | None = None
+    """``mode="translation"``: the language ids of a parallel corpus's two sides (XLM's TLM pairs)."""
+    where: str = "data.source"
+    """The config key that names the corpus, for errors (not part of the rows)."""
+
+    def key(self) -> dict[str, Any]:
+        """What the rows depend on, as JSON (the files by their content)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self) if f.name != "where"}
+        fields["knowledge"] = self.knowledge.cache_key() if self.knowledge is not None else None
+        fields["phrases_file"] = (hashlib.sha256(Path(self.phrases_file).read_bytes()).hexdigest()
+                                  if self.phrases_file is not None else None)
+        return fields
 
 
 def available_cores() -> int:
@@ -87,18 +108,20 @@ def is_validation(document: str, seed: int, val_fraction: float) -> bool:
 
 
 def tokenized_stream(documents: Iterable[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str,
-                     batch_bytes: int = BATCH_BYTES) -> Iterator[TokenizedDocument]:
-    """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time."""
+                     batch_bytes: int = BATCH_BYTES, knowledge: KnowledgeSpec | None = None,
+                     phrases: set[Phrase] | None = None) -> Iterator[TokenizedDocument]:
+    """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time
+    (ERNIE's units from ``knowledge`` with the corpus's phrase table ``phrases``)."""
     batch: list[str] = []
     size = 0
     for doc in documents:
         batch.append(doc)
         size += len(doc)
         if size >= batch_bytes:
-            yield from tokenize_documents(batch, tokenizer, by_sentence, segmenter=segmenter, cache=False)
+            yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases)
             batch, size = [], 0
     if batch:
-        yield from tokenize_documents(batch, tokenizer, by_sentence, segmenter=segmenter, cache=False)
+        yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases)
 
 
 def partition_rng(seed: int, partition: int, split: int) -> np.random.Generator:
@@ -108,12 +131,24 @@ def partition_rng(seed: int, partition: int, split: int) -> np.random.Generator:
 
 
 _TOKENIZERS: dict[str, TextTokenizer] = {}
+_PHRASES: dict[str | None, set[Phrase]] = {}
 
 
 def _tokenizer(file: str) -> TextTokenizer:
     if file not in _TOKENIZERS:
         _TOKENIZERS[file] = TextTokenizer.load(file)
     return _TOKENIZERS[file]
+
+
+def _phrases(job: PackingJob) -> set[Phrase] | None:
+    """The phrase table of ``job`` (read once per process): the fitted file's, the lexicon's, or None without
+    knowledge units."""
+    if job.knowledge is None:
+        return None
+    if job.phrases_file not in _PHRASES:
+        _PHRASES[job.phrases_file] = (load_phrase_table(job.phrases_file) if job.phrases_file is not None
+                                      else job.knowledge.phrase_table([]))
+    return _PHRASES[job.phrases_file]
 
 
 def pack_partition(job: PackingJob, partition: Partition, root: Path,
@@ -128,18 +163,18 @@ def pack_partition(job: PackingJob, partition: Partition, root: Path,
     stats: dict = {"partition": partition.index, "bytes": partition.size, "rows": {}, "tokens": {}, "documents": {}}
     for split_id, split in enumerate(SPLITS):
         writer = ShardWriter(tmp, split)
-        writer.append(rows_to_blocks([], job.mode, job.length, tokenizer))  # fixes the fields, for empty splits too
+        writer.append(_empty_blocks(job, tokenizer))  # fixes the fields, for empty splits too
         counts = {"documents": 0}
         if split == "train" or job.val_fraction > 0:
-            documents = _split_documents(read_partition(partition, job.text_field, progress if split == "train"
-                                                        else None), job, split == "val", counts)
-            tokenized = tokenized_stream(documents, tokenizer, job.mode != "contiguous", job.segmenter)
-            rows = packed_rows(tokenized, job.mode, job.length, tokenizer,
-                               partition_rng(job.seed, partition.index, split_id), window=job.window)
+            rng = partition_rng(job.seed, partition.index, split_id)
+            report = progress if split == "train" else None
+            blocks = (_translation_blocks(job, partition, tokenizer, rng, split == "val", counts, report)
+                      if job.mode == "translation" else
+                      _packed_blocks(job, partition, tokenizer, rng, split == "val", counts, report))
             tokens = 0
-            for batch in _batched(rows, ROWS_PER_WRITE):
-                writer.append(rows_to_blocks(batch, job.mode, job.length, tokenizer))
-                tokens += sum(len(r.tokens) for r in batch)
+            for batch in blocks:
+                writer.append(batch)
+                tokens += int((np.asarray(batch.document_ids) >= 0).sum())
             stats["tokens"][split] = tokens
         writer.close()
         stats["rows"][split] = writer.rows
@@ -152,6 +187,40 @@ def pack_partition(job: PackingJob, partition: Partition, root: Path,
     return stats
 
 
+def _empty_blocks(job: PackingJob, tokenizer: TextTokenizer) -> PackedBlocks:
+    if job.mode == "translation":
+        ids = tokenizer.ids
+        return pack_translation_pairs([], job.length, ids["cls"], ids["sep"], ids["pad"], job.languages,
+                                      np.random.default_rng(0))
+    return rows_to_blocks([], job.mode, job.length, tokenizer, job.knowledge is not None)
+
+
+def _packed_blocks(job: PackingJob, partition: Partition, tokenizer: TextTokenizer, rng: np.random.Generator,
+                   validation: bool, counts: dict, progress: Callable[[int], None] | None) -> Iterator[PackedBlocks]:
+    """The blocks of one split of a partition of documents, ``ROWS_PER_WRITE`` rows at a time."""
+    documents = _split_documents(read_partition(partition, job.text_field, progress), job, validation, counts)
+    tokenized = tokenized_stream(documents, tokenizer, job.mode != "contiguous", job.segmenter,
+                                 knowledge=job.knowledge, phrases=_phrases(job))
+    rows = packed_rows(tokenized, job.mode, job.length, tokenizer, rng, window=job.window)
+    for batch in _batched(rows, ROWS_PER_WRITE):
+        yield rows_to_blocks(batch, job.mode, job.length, tokenizer, job.knowledge is not None)
+
+
+def _translation_blocks(job: PackingJob, partition: Partition, tokenizer: TextTokenizer, rng: np.random.Generator,
+                        validation: bool, counts: dict, progress: Callable[[int], None] | None
+                        ) -> Iterator[PackedBlocks]:
+    """XLM's TLM blocks of one split of a partition of a parallel corpus (``pack_translation_pairs``), a pair per
+    block, ``ROWS_PER_WRITE`` pairs at a time; a pair is held out by the hash of its ``source<TAB>target`` line."""
+    pairs = (p for p in read_pairs(partition, job.where, progress)
+             if is_validation(f"{p[0]}\t{p[1]}", job.seed, job.val_fraction) == validation)
+    ids = tokenizer.ids
+    for batch in _batched(pairs, ROWS_PER_WRITE):
+        counts["documents"] += len(batch)
+        flagged = flagged_sentences([side for pair in batch for side in pair], tokenizer, job.segmenter)
+        yield pack_translation_pairs(list(zip(flagged[0::2], flagged[1::2])), job.length, ids["cls"], ids["sep"],
+                                     ids["pad"], job.languages, rng)
+
+
 def _split_documents(documents: Iterable[str], job: PackingJob, validation: bool, counts: dict) -> Iterator[str]:
     for doc in documents:
         if is_validation(doc, job.seed, job.val_fraction) == validation:
@@ -159,8 +228,8 @@ def _split_documents(documents: Iterable[str], job: PackingJob, validation: bool
             yield doc
 
 
-def _batched(rows: Iterable[PackedRow], n: int) -> Iterator[list[PackedRow]]:
-    batch: list[PackedRow] = []
+def _batched(rows: Iterable[Any], n: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
     for row in rows:
         batch.append(row)
         if len(batch) == n:
@@ -181,7 +250,7 @@ def shard_set_dir(cache_dir: Path, job: PackingJob, partitions: list[Partition],
     key_fields = {"v": SHARDS_VERSION, "format": FORMAT_VERSION, "source": fingerprint,
                   "partitions": [[asdict(s) for s in p.segments] for p in partitions],
                   "tokenizer": tokenizer_hash(_tokenizer(job.tokenizer_file), job.tokenizer_file),
-                  **{k: v for k, v in asdict(job).items() if k != "tokenizer_file"}}
+                  **{k: v for k, v in job.key().items() if k != "tokenizer_file"}}
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
     return cache_dir / "shards" / f"{job.mode}-{job.length}-{key}"
 
@@ -198,7 +267,7 @@ def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: st
         raise ConfigError(f"data.preparation_workers={workers} must be >= 1")
     root = shard_set_dir(cache_dir, job, partitions, fingerprint)
     root.mkdir(parents=True, exist_ok=True)
-    plan = {"job": asdict(job), "source": fingerprint, "partitions": [[asdict(s) for s in p.segments]
+    plan = {"job": job.key(), "source": fingerprint, "partitions": [[asdict(s) for s in p.segments]
                                                                       for p in partitions]}
     if not (root / "plan.json").is_file():
         atomic_write(root / "plan.json", lambda tmp: tmp.write_text(json.dumps(plan, indent=1)))

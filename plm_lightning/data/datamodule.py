@@ -15,6 +15,7 @@ from plm_lightning.data.block_cache import build_or_load
 from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
 from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
 from plm_lightning.data.corpus_files import DEFAULT_PARTITION_BYTES, Partition, sample_documents
+from plm_lightning.data.corpus_knowledge import phrase_table_file
 from plm_lightning.data.corpus_packing import (
     PackingJob,
     available_cores,
@@ -208,14 +209,23 @@ class TextDataModule(L.LightningDataModule):
 
     def streams_from_disk(self, source: str | None | bool = False) -> bool:
         """Whether blocks of ``source`` (default ``data.source``) are packed from a corpus on disk into shards as it
-        streams: every recipe on files or a dataset, but ERNIE's knowledge units, fitted on the whole corpus."""
-        return self.partitions(source) is not None and self.knowledge_spec() is None
+        streams: every recipe on files or a dataset (not with ``max_documents``)."""
+        return self.partitions(source) is not None
 
-    def packing_job(self, mode: str | None = None, length: int | None = None) -> PackingJob:
+    def packing_job(self, mode: str | None = None, length: int | None = None,
+                    source: str | None | bool = False) -> PackingJob:
         """What the preparation workers need to pack blocks of ``mode`` (default ``data.packing``) from any
-        partition."""
-        return PackingJob(self.tokenizer.file, mode or self.packing, length or self.packed_length(), self.val_fraction,
-                          self.seed, self.text_field, self.word_segmenter)
+        partition of ``source`` (default ``data.source``)."""
+        mode = mode or self.packing
+        knowledge = self.knowledge_spec()
+        phrases = self.phrase_table_file(source, mode) if knowledge is not None else None
+        return PackingJob(self.tokenizer.file, mode, length or self.packed_length(), self.val_fraction, self.seed,
+                          self.text_field, self.word_segmenter, knowledge=knowledge,
+                          phrases_file=None if phrases is None else str(phrases))
+
+    def phrase_table_file(self, source: str | None | bool, mode: str) -> Path | None:
+        """ERNIE's phrase table of a corpus on disk, fitted before packing; None where the recipe has none."""
+        return None
 
     def corpus_sources(self) -> list[str | None]:
         """The corpora this data module packs (``data.source``; one per language for multilingual data)."""
@@ -224,18 +234,27 @@ class TextDataModule(L.LightningDataModule):
     def prepare_corpora(self, nodes: tuple[int, int] = (1, 0)) -> list[Path]:
         """Pack each corpus on disk of :meth:`corpus_sources` into shards now, or with ``nodes`` = (number, rank)
         this node's share of them (``python -m plm_lightning pack``); the shard sets' directories."""
-        return [prepare_shards(self.packing_job(), *self.partitions(source), self.cache_dir, self.preparation_workers,
-                               nodes) for source in self.corpus_sources() if self.streams_from_disk(source)]
+        return [prepare_shards(self.packing_job(mode, source=source), *self.partitions(source), self.cache_dir,
+                               self.preparation_workers, nodes)
+                for source in self.corpus_sources() if self.streams_from_disk(source)
+                for mode in self.packing_modes()]
 
-    def blocks_of(self, source: str | None, documents: Callable[[], list[str]], fingerprint: Callable[[], str]
-                  ) -> dict[str, PackedBlocks]:
-        """The train/validation blocks of ``source``: streamed into shards from disk (:meth:`streams_from_disk`),
-        else packed in memory from ``documents()``; both cached under what the blocks depend on."""
+    def packing_modes(self) -> tuple[str, ...]:
+        """The packing modes this data module packs every corpus in (ERNIE 2.0 adds its sentence-distance pairs)."""
+        return (self.packing,)
+
+    def blocks_of(self, source: str | None, documents: Callable[[], list[str]], fingerprint: Callable[[], str],
+                  mode: str | None = None) -> dict[str, PackedBlocks]:
+        """The train/validation blocks of ``source`` in packing ``mode`` (default ``data.packing``): streamed into
+        shards from disk (:meth:`streams_from_disk`), else packed in memory from ``documents()``; both cached under
+        what the blocks depend on."""
+        mode = mode or self.packing
         if self.streams_from_disk(source):
             partitions, key = self.partitions(source)
-            root = prepare_shards(self.packing_job(), partitions, key, self.cache_dir, self.preparation_workers)
+            root = prepare_shards(self.packing_job(mode, source=source), partitions, key, self.cache_dir,
+                                  self.preparation_workers)
             return load_shards(root)
-        return build_or_load(documents, fingerprint(), self.tokenizer, self.tokenizer.file, self.packing,
+        return build_or_load(documents, fingerprint(), self.tokenizer, self.tokenizer.file, mode,
                              self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
                              self.word_segmenter)
 
@@ -351,6 +370,7 @@ class MaskedLMDataModule(TextDataModule):
         entity_lexicon: str | None = None,
         phrase_min_count: int = 5,
         phrase_threshold: float = 0.5,
+        phrase_sample_bytes: int = 64 << 20,
         **kwargs: Any,
     ) -> None:
         """
@@ -373,6 +393,8 @@ class MaskedLMDataModule(TextDataModule):
             entity_lexicon: ERNIE: a file of entities (one per line) instead of detecting capitalised runs.
             phrase_min_count: ERNIE collocations: minimum bigram count (word2phrase's min_count).
             phrase_threshold: ERNIE collocations: minimum normalised PMI in [-1, 1].
+            phrase_sample_bytes: ERNIE collocations of a corpus on disk: fitted on the corpus if smaller, else on
+                this many bytes spread over all of its partitions (once, before packing; the counts only are held).
         """
         super().__init__(*args, **kwargs)
         self.masking = MaskingConfig(mask_prob, mask_replace_prob, random_replace_prob)
@@ -394,9 +416,22 @@ class MaskedLMDataModule(TextDataModule):
         self.knowledge_source = KnowledgeSpec(phrase_lexicon, entity_lexicon,
                                               PhraseConfig(phrase_min_count, phrase_threshold))
         self.knowledge = self.knowledge_source if masking_scheme == "ernie" else None
+        if phrase_sample_bytes < 1:
+            raise ConfigError(f"data.phrase_sample_bytes={phrase_sample_bytes} must be a positive integer")
+        self.phrase_sample_bytes = phrase_sample_bytes
+        self._phrase_files: dict[tuple, Path | None] = {}
 
     def knowledge_spec(self) -> KnowledgeSpec | None:
         return self.knowledge
+
+    def phrase_table_file(self, source: str | None | bool, mode: str) -> Path | None:
+        by_sentence = mode != "contiguous"
+        if (source, by_sentence) not in self._phrase_files:
+            partitions, key = self.partitions(source)
+            self._phrase_files[source, by_sentence] = phrase_table_file(
+                self.knowledge_spec(), partitions, key, self.text_field, self.tokenizer, by_sentence,
+                self.word_segmenter, self.phrase_sample_bytes, self.cache_dir)
+        return self._phrase_files[source, by_sentence]
 
     def collator_args(self) -> tuple:
         """The positional arguments of :class:`MaskedLMCollator` (and its subclasses) for this data."""

@@ -19,7 +19,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from plm_lightning.data.block_cache import build_or_load
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.sentence_reorder import reorder_segments
@@ -147,14 +146,15 @@ class ERNIE2DataModule(MaskedLMDataModule):
         super()._load_blocks()
         streams = {split: [self.blocks[split]] for split in ("train", "val")}
         if "sentence_distance" in self.tasks:
-            pairs = build_or_load(lambda: self.documents()[0], self._fingerprint(), self.tokenizer, self.tokenizer.file,
-                                  "sentence_distance", self.seq_len, self.val_fraction, self.seed, self.cache_dir,
-                                  self.knowledge, self.word_segmenter)
+            pairs = self.blocks_of(self.source, lambda: self.documents()[0], self._fingerprint, "sentence_distance")
             if len(pairs["train"]) == 0:
                 raise ConfigError("data.tasks: sentence_distance found no sentence pair in the training documents")
             for split in streams:
                 streams[split].append(pairs[split])
         self.stream_blocks = streams
+
+    def packing_modes(self) -> tuple[str, ...]:
+        return (self.packing, "sentence_distance") if "sentence_distance" in self.tasks else (self.packing,)
 
     def stage_weights(self) -> np.ndarray:
         """``[stages, streams]``: the pair stream is drawn half the time once sentence distance has joined."""

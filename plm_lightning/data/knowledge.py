@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,13 +33,34 @@ class PhraseConfig:
     max_words: int = 4
 
 
-def fit_phrases(sentences: Iterable[Sequence[str]], cfg: PhraseConfig = PhraseConfig()) -> set[Phrase]:
-    """Collocations of the corpus (lower-cased word tuples of 2..``max_words`` words)."""
-    corpus = [[(w.lower(),) for w in s if w.strip()] for s in sentences]
+def fit_phrases(sentences: Iterable[Sequence[str]] | Callable[[], Iterable[Sequence[str]]],
+                cfg: PhraseConfig = PhraseConfig()) -> set[Phrase]:
+    """Collocations of the corpus (lower-cased word tuples of 2..``max_words`` words). ``sentences``: the corpus's
+    sentences of words in memory, or a function giving a fresh pass over them (a corpus streamed once per pass: only
+    the unigram and bigram counts are held, the joins of earlier passes applied as each sentence goes by)."""
+    joins: list[set[tuple[Phrase, Phrase]]] = []
+    held: list[list[Phrase]] | None = None
+    if callable(sentences):
+        stream = sentences
+
+        def corpus() -> Iterable[list[Phrase]]:
+            for s in stream():
+                units = _units(s)
+                for pairs in joins:
+                    units = _join(units, pairs)
+                yield units
+    else:
+        held = [_units(s) for s in sentences]
+
+        def corpus() -> Iterable[list[Phrase]]:
+            return held
     phrases: set[Phrase] = set()
     for _ in range(cfg.passes):
-        unigrams: Counter[Phrase] = Counter(u for s in corpus for u in s)
-        bigrams: Counter[tuple[Phrase, Phrase]] = Counter(pair for s in corpus for pair in zip(s, s[1:]))
+        unigrams: Counter[Phrase] = Counter()
+        bigrams: Counter[tuple[Phrase, Phrase]] = Counter()
+        for s in corpus():
+            unigrams.update(s)
+            bigrams.update(zip(s, s[1:]))
         total = sum(unigrams.values())
         if total == 0:
             break
@@ -58,8 +79,15 @@ def fit_phrases(sentences: Iterable[Sequence[str]], cfg: PhraseConfig = PhraseCo
         if not joined:
             break
         phrases |= {a + b for a, b in joined}
-        corpus = [_join(s, joined) for s in corpus]
+        if held is not None:
+            held[:] = [_join(s, joined) for s in held]
+        else:
+            joins.append(joined)
     return phrases
+
+
+def _units(sentence: Sequence[str]) -> list[Phrase]:
+    return [(w.lower(),) for w in sentence if w.strip()]
 
 
 def _join(sentence: list[Phrase], pairs: set[tuple[Phrase, Phrase]]) -> list[Phrase]:

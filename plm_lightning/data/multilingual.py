@@ -15,6 +15,7 @@ bidirectional | loss: masked positions.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ import torch
 
 from plm_lightning.data.block_cache import cached_splits, tokenizer_hash
 from plm_lightning.data.collators import MaskedLMCollator
-from plm_lightning.data.corpus_files import sample_documents
+from plm_lightning.data.corpus_files import Partition, plan_pair_partitions, sample_documents
+from plm_lightning.data.corpus_packing import PackingJob, load_shards, prepare_shards
 from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
@@ -32,7 +34,13 @@ from plm_lightning.data.packing import (
     split_documents,
 )
 from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
-from plm_lightning.data.sources import load_documents, load_parallel, parallel_fingerprint, source_fingerprint
+from plm_lightning.data.sources import (
+    FAKE_PREFIX,
+    load_documents,
+    load_parallel,
+    parallel_fingerprint,
+    source_fingerprint,
+)
 from plm_lightning.errors import ConfigError
 
 PAIR_PACKINGS = ("sentence_pairs", "sentence_order")
@@ -213,7 +221,36 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
                 for split in self.stream_blocks:
                     self.stream_blocks[split].append(blocks[split])
 
+    def _parallel_partitions(self, source: str) -> tuple[list[Partition], str] | None:
+        """The partitions and fingerprint of a parallel corpus file, read as a stream; None for Fake-English pairs
+        (built in memory), with ``max_documents``, or for a missing or empty file (read now, for its error)."""
+        path = Path(source).expanduser()
+        if self.max_documents is not None or source.startswith(FAKE_PREFIX) or not path.is_file() or \
+                not path.stat().st_size:
+            return None
+        return plan_pair_partitions(path, self.partition_bytes), parallel_fingerprint(source)
+
+    def _translation_job(self, name: str) -> PackingJob:
+        return PackingJob(self.tokenizer.file, "translation", self.seq_len, self.val_fraction, self.seed,
+                          segmenter=self.word_segmenter,
+                          languages=tuple(self.languages.index(lang) for lang in name.split("-")),
+                          where=f"data.parallel_corpora[{name}]")
+
+    def prepare_corpora(self, nodes: tuple[int, int] = (1, 0)) -> list[Path]:
+        roots = super().prepare_corpora(nodes)
+        for name, source in self.parallel_corpora.items() if self.tlm_fraction > 0 else ():
+            planned = self._parallel_partitions(source)
+            if planned is not None:
+                roots.append(prepare_shards(self._translation_job(name), *planned, self.cache_dir,
+                                            self.preparation_workers, nodes))
+        return roots
+
     def _translation_blocks(self, name: str, source: str) -> dict[str, PackedBlocks]:
+        """TLM blocks of a parallel corpus: a file streamed into shards, or Fake-English pairs packed in memory."""
+        planned = self._parallel_partitions(source)
+        if planned is not None:
+            return load_shards(prepare_shards(self._translation_job(name), *planned, self.cache_dir,
+                                              self.preparation_workers))
         tok = self.tokenizer
         src, tgt = (self.languages.index(lang) for lang in name.split("-"))
         fingerprint = parallel_fingerprint(source, self.max_documents)

@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from plm_lightning.data.knowledge import KnowledgeSpec, word_signals
+from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, word_signals
 from plm_lightning.data.sources import split_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
@@ -146,10 +146,11 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
 
 def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
                        knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer",
-                       cache: bool = True) -> list[TokenizedDocument]:
+                       cache: bool = True, phrases: set[Phrase] | None = None) -> list[TokenizedDocument]:
     """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split once and
     cached on disk with ``cache``, see :func:`split_corpus`). With ``knowledge``, phrases are fitted on (or looked up
-    for) the corpus' words and entity units found per sentence."""
+    for) the corpus' words, unless ``phrases`` gives the table (a streamed corpus's, fitted beforehand), and entity
+    units found per sentence."""
     if by_sentence:
         units = split_corpus(documents) if cache else [split_sentences(d) for d in documents]
     else:
@@ -160,7 +161,9 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
                    for e in tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False)]
         return _documents(units, encoded)
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
-    phrases = knowledge.phrase_table(words for _, _, words in encoded_words) if knowledge is not None else set()
+    if phrases is None:
+        phrases = (knowledge.phrase_table([words for _, _, words in encoded_words]) if knowledge is not None
+                   else set())
     signals: list[tuple] = []
     if knowledge is not None:
         pos = 0
