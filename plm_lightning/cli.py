@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 
 from plm_lightning.data.datamodule import TextDataModule
@@ -52,37 +53,61 @@ class PLMCLI(LightningCLI):
         )
 
     def _parse_ckpt_path(self) -> None:
-        """Refuse a checkpoint of another objective before Lightning swaps the model class to the checkpoint's; then
-        let Lightning take the model's hyperparameters from the checkpoint, except the evaluation-time ones
-        (``EVALUATION_KEYS``), where the command line and config win."""
+        """Take the model's hyperparameters from a ``--ckpt_path`` checkpoint, as Lightning does, but never the class:
+        the recipe's model class stays (a checkpoint of another objective is refused), and a ``_class_path`` stored
+        in the checkpoint is ignored, so a checkpoint can never choose a module to import (Lightning's own parser
+        would import it). The evaluation-time arguments (``EVALUATION_KEYS``) given on the command line or in the
+        config win over the checkpoint's."""
         subcommand = self.config.get("subcommand")
-        given = {}
-        if subcommand and self.config[subcommand].get("model") is not None:
-            init = self.config[subcommand].model.get("init_args") or {}
-            given = {k: init[k] for k in EVALUATION_KEYS if k in init}
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            import torch
-
-            from plm_lightning.objectives.base import CHECKPOINT_KEY
-
+        if not ckpt_path or ckpt_path in ("last", "best", "hpc", "registry"):
+            return
+        if Path(ckpt_path).is_dir():
+            raise ConfigError(f"ckpt_path: '{ckpt_path}' is a directory; give a checkpoint file (.ckpt) or 'last'")
+        if not Path(ckpt_path).is_file():
+            return  # Lightning's own one-line error names the missing file
+        hparams = self._checkpoint_hparams(subcommand, ckpt_path)
+        model = self.config[subcommand].model
+        init = model.get("init_args") or {}
+        given = {k: init[k] for k in EVALUATION_KEYS if k in init}
+        if hparams:
+            update = {"class_path": str(model.class_path), "init_args": hparams}  # the recipe's class, always
             try:
-                ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-            except Exception as err:
-                raise ConfigError(f"ckpt_path: '{ckpt_path}' is not a readable checkpoint ({err})") from err
-            meta = ckpt.get(CHECKPOINT_KEY)
-            if meta is None:
-                raise ConfigError(f"ckpt_path: '{ckpt_path}' was not written by plm_lightning")
-            configured = str(self.config[subcommand].model.class_path).rsplit(".", 1)[-1]
-            if meta["objective"] != configured:
-                raise ConfigError(f"ckpt_path: '{ckpt_path}' is from a {meta['objective']} recipe, not {configured}; "
-                                  "resume it with the recipe it was trained with")
-        super()._parse_ckpt_path()
+                self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
+            except (SystemExit, ArgumentError, ValueError, TypeError) as err:
+                reason = next((ln.strip() for ln in str(err).splitlines() if "not accepted" in ln),
+                              " ".join(str(err).split())[:200])
+                raise ConfigError(f"ckpt_path: '{ckpt_path}' holds hyperparameters the recipe's "
+                                  f"{str(model.class_path).rsplit('.', 1)[-1]} does not accept ({reason})") from err
         if given:
             model = self.config[subcommand].model
             target = model.dict_kwargs if model.get("dict_kwargs") else model.init_args
             for key, value in given.items():
                 target[key] = value
+
+    def _checkpoint_hparams(self, subcommand: str, ckpt_path: str) -> dict[str, Any]:
+        """The constructor arguments stored in a plm_lightning checkpoint of the configured objective (keys starting
+        with ``_``, Lightning's ``_class_path`` and ``_instantiator``, dropped)."""
+        import torch
+
+        from plm_lightning.objectives.base import CHECKPOINT_KEY
+
+        try:
+            ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+        except Exception as err:
+            raise ConfigError(f"ckpt_path: '{ckpt_path}' is not a readable checkpoint ({err})") from err
+        meta = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
+        if not isinstance(meta, dict) or not isinstance(ckpt.get("state_dict"), dict):
+            raise ConfigError(f"ckpt_path: '{ckpt_path}' was not written by plm_lightning (no state_dict and "
+                              f"'{CHECKPOINT_KEY}' metadata)")
+        configured = str(self.config[subcommand].model.class_path).rsplit(".", 1)[-1]
+        if meta.get("objective") != configured:
+            raise ConfigError(f"ckpt_path: '{ckpt_path}' is from a {meta.get('objective')} recipe, not {configured}; "
+                              "resume it with the recipe it was trained with")
+        hparams = ckpt.get("hyper_parameters") or {}
+        if not isinstance(hparams, dict):
+            raise ConfigError(f"ckpt_path: '{ckpt_path}' has hyper_parameters that are not a mapping")
+        return {k: v for k, v in hparams.items() if not str(k).startswith("_")}
 
     def before_fit(self) -> None:
         """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version); with

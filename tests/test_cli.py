@@ -162,11 +162,30 @@ def _two_step_checkpoint(recipe: str, cwd: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_checkpoint_from_another_recipe_is_refused(tmp_path):
+def test_a_checkpoint_never_chooses_the_code_and_is_of_the_recipe(tmp_path):
+    """``--ckpt_path`` takes the hyperparameters of a checkpoint, never a class or module it names (Lightning's
+    own parser imports the ``_class_path`` it finds: a module in the working directory would run); a checkpoint of
+    another recipe, a directory, a bare tensor and a dict without our metadata are each one line."""
     ckpt = _two_step_checkpoint("bert", tmp_path)
     res = run_cli(["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--trainer.max_steps", "4",
                    "--data.seq_len", "64", "--ckpt_path", str(ckpt)], cwd=tmp_path)
     _one_line_error(res, "MaskedLM", "CausalLM")
+    (tmp_path / "evil_plm.py").write_text("import pathlib\npathlib.Path('IMPORTED').write_text('yes')\n"
+                                          "from plm_lightning.objectives import MaskedLM\n"
+                                          "from lightning.pytorch.cli import instantiate_module\n")
+    data = torch.load(ckpt, weights_only=True)
+    data["hyper_parameters"].update(_class_path="evil_plm.MaskedLM", _instantiator="evil_plm.instantiate_module")
+    torch.save(data, tmp_path / "evil.ckpt")
+    validate = ["validate", "--config", str(ROOT / "configs" / "bert.yaml"), "--data.seq_len", "64",
+                "--trainer.limit_val_batches", "1"]
+    res = run_cli([*validate, "--ckpt_path", str(tmp_path / "evil.ckpt")], cwd=tmp_path, fresh=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not (tmp_path / "IMPORTED").exists()
+    torch.save(torch.zeros(3), tmp_path / "tensor.ckpt")
+    torch.save({"state_dict": {}}, tmp_path / "bare.ckpt")
+    for path, needle in ((tmp_path, "is a directory"), (tmp_path / "tensor.ckpt", "was not written by plm_lightning"),
+                         (tmp_path / "bare.ckpt", "was not written by plm_lightning")):
+        _one_line_error(run_cli([*validate, "--ckpt_path", str(path)], cwd=tmp_path), "ckpt_path", needle)
 
 
 def test_plm_debug_shows_traceback(tmp_path):

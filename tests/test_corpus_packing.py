@@ -28,15 +28,17 @@ from plm_lightning.data.corpus_packing import (
     prepare_shards,
     shard_set_dir,
 )
+from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig, fit_phrases
 from plm_lightning.data.packing import (
     BLOCK_FIELDS,
     PACKING_MODES,
     TokenizedDocument,
     document_pools,
     pack,
+    reads_sentences,
     tokenize_documents,
 )
-from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig, fit_phrases
+from plm_lightning.data.shards import META_FILE, read_meta
 from plm_lightning.data.sources import embedded_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.errors import ConfigError
@@ -124,7 +126,7 @@ def test_streamed_rows_equal_the_in_memory_rows(tmp_path, corpus, tokenizers, mo
     partitions, fingerprint = corpus_partitions(str(path), "text", "train")
     assert len(partitions) == 1
     blocks = load_shards(prepare_shards(job, partitions, fingerprint, tmp_path, progress=False))
-    reference = pack(tokenize_documents(docs, tok, by_sentence=mode != "contiguous"), mode, 64, tok, 7)
+    reference = pack(tokenize_documents(docs, tok, by_sentence=reads_sentences(mode)), mode, 64, tok, 7)
     assert len(blocks["train"]) == len(reference) > 0 and len(blocks["val"]) == 0
     _same_blocks(blocks["train"], reference)
 
@@ -231,6 +233,36 @@ def test_same_rows_with_1_and_4_workers_and_on_2_nodes(tmp_path, corpus, tokeniz
         assert len(one[split]) > 0
         _same_blocks(one[split], four[split])
         _same_blocks(one[split], nodes[split])
+
+
+def test_fit_on_several_nodes_packs_its_share_first_then_what_is_missing(tmp_path, corpus, tokenizers,
+                                                                         monkeypatch) -> None:
+    """``share_first`` (what ``fit`` passes on node R of N): node R's partitions first, then every other missing one
+    (a node with a cache of its own ends with all shards); a partition another node finished meanwhile is skipped
+    untouched."""
+    import plm_lightning.data.corpus_packing as corpus_packing
+
+    partitions, fingerprint = corpus_partitions(str(corpus[0]), "text", "train", partition_bytes=40_000)
+    assert len(partitions) >= 4
+    job = PackingJob(tokenizers["gpt2"], "contiguous", 64, 0.1, seed=3)
+    other = prepare_shards(job, partitions, fingerprint, tmp_path, nodes=(3, 2), progress=False)  # node 2's share
+    done = {p.index: (other / f"part-{p.index:05d}" / META_FILE).stat().st_mtime_ns for p in partitions
+            if p.index % 3 == 2}
+    order: list[int] = []
+    run = corpus_packing.run_in_workers
+
+    def recorded(fn, items, workers, bar):  # noqa: ANN001, ANN202
+        order.extend(p.index for p in items)
+        return run(fn, items, workers, bar)
+
+    monkeypatch.setattr(corpus_packing, "run_in_workers", recorded)
+    root = prepare_shards(job, partitions, fingerprint, tmp_path, progress=False, share_first=(3, 1))
+    assert root == other and order == [p.index for p in partitions if p.index % 3 == 1] + \
+        [p.index for p in partitions if p.index % 3 == 0]
+    assert {i: (root / f"part-{i:05d}" / META_FILE).stat().st_mtime_ns for i in done} == done
+    assert corpus_packing.pack_partition(job, partitions[2], root) == read_meta(root / "part-00002")  # skipped
+    whole = load_shards(_prepare(tmp_path / "one", corpus[0], tokenizers["gpt2"], "contiguous", 1))
+    _same_blocks(load_shards(root)["train"], whole["train"])
 
 
 def test_held_out_documents_by_keyed_hash() -> None:
@@ -431,7 +463,7 @@ def test_embedded_corpus_packs_as_before() -> None:
 
     docs = list(embedded_corpus())[:100]
     toks = {kind: train_tokenizer(kind, docs, 1000) for kind in ("bpe", "gpt2")}  # BPE training is deterministic
-    for mode in PACKING_MODES:
+    for mode in PINNED_BLOCKS:  # the modes of that commit
         tok = toks["gpt2" if mode in ("contiguous", "documents") else "bpe"]
         blocks = pack(tokenize_documents(docs, tok, by_sentence=mode != "contiguous"), mode, 64, tok, 7)
         digest = hashlib.sha256()

@@ -188,10 +188,10 @@ def test_mend_learns_to_edit_held_out_facts_with_per_token_rank_one_updates(lm, 
     train = training_requests(world, {c["fact_id"] for c in cases})
     assert train and not {r["fact_id"] for r in train} & {c["fact_id"] for c in cases}  # edits it never trained on
     untrained = MEND(MENDNetwork(lm, MENDConfig(default_targets(lm))))  # U = 0: one plain gradient step
-    editor, history = MEND.train(lm, train, world.texts(), config=TrainConfig(steps=300))
+    editor, history = MEND.train(lm, train, world.texts(), config=TrainConfig(steps=150))
     # the training edit loss (50-step means) is learnt within the first window and then only fluctuates (2.4-3.2 on
     # the fixture), so learning is judged on held-out edits against the untrained editor below
-    assert [h["step"] for h in history] == [50, 100, 150, 200, 250, 300]
+    assert [h["step"] for h in history] == [50, 100, 150]
     assert all(np.isfinite(h["edit_loss"]) and np.isfinite(h["locality_kl"]) for h in history)
     before = {k: v.clone() for k, v in lm.module.state_dict().items()}
     plain = [evaluate_edit(lm, untrained, [c]) for c in cases]

@@ -106,13 +106,13 @@ def _hf_logits(model, ids, mask, types):
 
 
 def _load_module(ckpt_path):
+    """Plain Lightning's loader: an imported checkpoint opens as any checkpoint does (every weight, strictly), and
+    it names no class for a loader to import."""
     ckpt = torch.load(ckpt_path, weights_only=True)
     cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA,
            "PermutationLM": PermutationLM}[ckpt[CHECKPOINT_KEY]["objective"]]
-    hp = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
-    module = cls(**hp)
-    module.load_state_dict(ckpt["state_dict"], strict=False)
-    return module.eval()
+    assert not [k for k in ckpt["hyper_parameters"] if k.startswith("_")]
+    return cls.load_from_checkpoint(ckpt_path, map_location="cpu").eval()
 
 
 def _close(a, b, mask):

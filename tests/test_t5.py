@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
 from plm_lightning.data import SpanCorruptionCollator, SpanCorruptionDataModule
+from plm_lightning.data.block_datasets import BlockDataset
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.t5_span import (
     noise_counts,
@@ -312,3 +313,32 @@ def test_ul2_mixture_weights_and_mode_token_errors(tmp_path):
                        cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ConfigError, match="mode_r/mode_s/mode_x"):
         dm.prepare_data()
+
+
+@pytest.fixture(scope="module")
+def span_corruption_data(tmp_path_factory):
+    """T5's and UL2's data modules on the first 150 documents of the embedded corpus."""
+    from plm_lightning.data import UL2DataModule
+
+    cache = tmp_path_factory.mktemp("cache")
+    out = {}
+    for name, cls in (("t5", SpanCorruptionDataModule), ("ul2", UL2DataModule)):
+        dm = cls(max_documents=150, tokenizer_vocab_size=1000, seq_len=64, val_fraction=0.0, cache_dir=str(cache))
+        dm.prepare_data()
+        out[name] = (dm, dm.collator(), BlockDataset(dm.blocks["train"]))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["t5", "ul2"]), st.lists(st.integers(0, 10**6), min_size=1, max_size=4), st.integers(0, 3))
+def test_eos_closes_the_input_and_the_target_only(span_corruption_data, name, indices, epoch):
+    """T5's span_corruption joins documents with no separator (reduce_concat_tokens) and appends EOS after the
+    corruption: no EOS anywhere in a row's input or target but at its end (UL2 the same, on every denoiser)."""
+    dm, collate, dataset = span_corruption_data[name]
+    eos = dm.tokenizer.ids["eos"]
+    assert dm.packing == "concatenated" and not (np.asarray(dm.blocks["train"].input_ids) == eos).any()
+    batch = collate([dataset[(epoch, i % len(dataset))] for i in indices])
+    for row in range(len(indices)):
+        for key, real in (("input_ids", batch["attention_mask"][row]), ("labels", batch["labels"][row] != IGNORE_INDEX)):
+            tokens = batch[key][row][real].tolist()
+            assert tokens[-1] == eos and eos not in tokens[:-1], (key, tokens)

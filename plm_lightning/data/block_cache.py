@@ -12,7 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from plm_lightning.data.knowledge import KnowledgeSpec
-from plm_lightning.data.packing import FORMAT_VERSION, PackedBlocks, pack, split_documents, tokenize_documents
+from plm_lightning.data.packing import (
+    FORMAT_VERSION,
+    PackedBlocks,
+    pack,
+    reads_sentences,
+    split_documents,
+    tokenize_documents,
+)
 from plm_lightning.data.tokenizer import TextTokenizer
 
 
@@ -28,7 +35,7 @@ def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, toke
                       knowledge=knowledge.cache_key() if knowledge else None, segmenter=segmenter)
 
     def build() -> dict[str, PackedBlocks]:
-        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=mode != "contiguous", knowledge=knowledge,
+        docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=reads_sentences(mode), knowledge=knowledge,
                                   segmenter=segmenter)
         train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
         return {split: pack([docs[i] for i in idx], mode, length, tokenizer, seed, knowledge is not None)

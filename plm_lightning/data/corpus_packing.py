@@ -46,6 +46,7 @@ from plm_lightning.data.packing import (
     flagged_sentences,
     pack_translation_pairs,
     packed_rows,
+    reads_sentences,
     rows_to_blocks,
     tokenize_documents,
 )
@@ -155,8 +156,10 @@ def pack_partition(job: PackingJob, partition: Partition, root: Path,
                    progress: Callable[[int], None] | None = None) -> dict:
     """Pack one partition into ``root/part-NNNNN`` (written under a temporary name, renamed when complete); returns
     its statistics."""
-    tokenizer = _tokenizer(job.tokenizer_file)
     target = root / shard_name(partition.index)
+    if is_packed(target):  # packed meanwhile by another node sharing the cache directory
+        return read_meta(target)
+    tokenizer = _tokenizer(job.tokenizer_file)
     tmp = root / f".tmp-{shard_name(partition.index)}-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -199,7 +202,7 @@ def _packed_blocks(job: PackingJob, partition: Partition, tokenizer: TextTokeniz
                    validation: bool, counts: dict, progress: Callable[[int], None] | None) -> Iterator[PackedBlocks]:
     """The blocks of one split of a partition of documents, ``ROWS_PER_WRITE`` rows at a time."""
     documents = _split_documents(read_partition(partition, job.text_field, progress), job, validation, counts)
-    tokenized = tokenized_stream(documents, tokenizer, job.mode != "contiguous", job.segmenter,
+    tokenized = tokenized_stream(documents, tokenizer, reads_sentences(job.mode), job.segmenter,
                                  knowledge=job.knowledge, phrases=_phrases(job))
     rows = packed_rows(tokenized, job.mode, job.length, tokenizer, rng, window=job.window)
     for batch in _batched(rows, ROWS_PER_WRITE):
@@ -256,10 +259,13 @@ def shard_set_dir(cache_dir: Path, job: PackingJob, partitions: list[Partition],
 
 
 def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: str, cache_dir: Path,
-                   workers: int = 1, nodes: tuple[int, int] = (1, 0), progress: bool = True) -> Path:
+                   workers: int = 1, nodes: tuple[int, int] = (1, 0), progress: bool = True,
+                   share_first: tuple[int, int] | None = None) -> Path:
     """Pack every partition of this node's share (``nodes`` = (number of nodes, this node's rank): partition ``i``
     goes to node ``i % number``) that is not packed yet, with ``workers`` processes; returns the shard set's
-    directory."""
+    directory. ``share_first`` = (number of nodes, rank) instead packs *every* missing partition, this node's share
+    first: nodes that share the cache directory split the work (a partition another node has finished meanwhile is
+    skipped), and a node with a cache of its own still ends with every shard (``fit`` on several nodes)."""
     num_nodes, rank = nodes
     if num_nodes < 1 or not 0 <= rank < num_nodes:
         raise ConfigError(f"--num-nodes={num_nodes} --node-rank={rank}: the rank must lie in [0, {num_nodes})")
@@ -273,6 +279,10 @@ def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: st
         atomic_write(root / "plan.json", lambda tmp: tmp.write_text(json.dumps(plan, indent=1)))
     _remove_stale_tmp(root)
     todo = [p for p in partitions if p.index % num_nodes == rank and not is_packed(root / shard_name(p.index))]
+    if share_first is not None:
+        count, mine = share_first
+        missing = [p for p in partitions if not is_packed(root / shard_name(p.index))]
+        todo = sorted(missing, key=lambda p: (p.index % count != mine, p.index))
     if not todo:
         return root
     total = sum(p.size for p in todo)

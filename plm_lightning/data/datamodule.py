@@ -26,7 +26,7 @@ from plm_lightning.data.corpus_packing import (
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
 from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
-from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode
+from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, reads_sentences
 from plm_lightning.data.sampling import (
     BlockSampler,
     InterleavedSampler,
@@ -99,7 +99,8 @@ class TextDataModule(L.LightningDataModule):
             tokenizer: A kind to train on the corpus (wordpiece, bpe, gpt2) or a tokenizer.json / HF directory.
             tokenizer_vocab_size: Vocabulary size when training a tokenizer.
             seq_len: Tokens per block.
-            packing: contiguous | documents (one per row, GPT-style) | full_sentences | doc_sentences |
+            packing: contiguous (documents joined by EOS) | concatenated (joined with no separator: T5) |
+                documents (one per row, GPT-style) | full_sentences | doc_sentences |
                 sentence_pairs (NSP) | sentence_order (SOP).
             batch_size: Blocks per batch on each device.
             num_workers: DataLoader worker processes.
@@ -252,11 +253,18 @@ class TextDataModule(L.LightningDataModule):
         if self.streams_from_disk(source):
             partitions, key = self.partitions(source)
             root = prepare_shards(self.packing_job(mode, source=source), partitions, key, self.cache_dir,
-                                  self.preparation_workers)
+                                  self.preparation_workers, share_first=self._node_share())
             return load_shards(root)
         return build_or_load(documents, fingerprint(), self.tokenizer, self.tokenizer.file, mode,
                              self.packed_length(), self.val_fraction, self.seed, self.cache_dir, self.knowledge_spec(),
                              self.word_segmenter)
+
+    def _node_share(self) -> tuple[int, int]:
+        """(nodes, this node's rank) of the trainer running this data module, (1, 0) without one: the packing of a
+        corpus on disk starts with this node's share of its partitions."""
+        if self.trainer is None:
+            return 1, 0
+        return max(1, self.trainer.num_nodes), self.trainer.node_rank
 
     def packed_length(self) -> int:
         """Tokens per packed block: ``seq_len``, or the raw length a corruption shortens to ``seq_len`` (T5)."""
@@ -425,7 +433,7 @@ class MaskedLMDataModule(TextDataModule):
         return self.knowledge
 
     def phrase_table_file(self, source: str | None | bool, mode: str) -> Path | None:
-        by_sentence = mode != "contiguous"
+        by_sentence = reads_sentences(mode)
         if (source, by_sentence) not in self._phrase_files:
             partitions, key = self.partitions(source)
             self._phrase_files[source, by_sentence] = phrase_table_file(

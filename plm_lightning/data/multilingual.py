@@ -250,7 +250,7 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
         planned = self._parallel_partitions(source)
         if planned is not None:
             return load_shards(prepare_shards(self._translation_job(name), *planned, self.cache_dir,
-                                              self.preparation_workers))
+                                              self.preparation_workers, share_first=self._node_share()))
         tok = self.tokenizer
         src, tgt = (self.languages.index(lang) for lang in name.split("-"))
         fingerprint = parallel_fingerprint(source, self.max_documents)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Literal
 
@@ -32,10 +33,17 @@ from plm_lightning.data.sources import split_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
-PackingMode = Literal["contiguous", "documents", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
-                      "sentence_distance", "continuation_pairs"]
-PACKING_MODES = ("contiguous", "documents", "full_sentences", "doc_sentences", "sentence_pairs", "sentence_order",
-                 "sentence_distance", "continuation_pairs")
+PackingMode = Literal["contiguous", "concatenated", "documents", "full_sentences", "doc_sentences", "sentence_pairs",
+                      "sentence_order", "sentence_distance", "continuation_pairs"]
+PACKING_MODES = ("contiguous", "concatenated", "documents", "full_sentences", "doc_sentences", "sentence_pairs",
+                 "sentence_order", "sentence_distance", "continuation_pairs")
+TOKEN_STREAM_MODES = ("contiguous", "concatenated")
+"""The modes that cut a stream of tokens into rows, with no sentence boundaries to keep."""
+
+
+def reads_sentences(mode: str) -> bool:
+    """Whether packing ``mode`` needs each document's sentences (every mode but the token-stream ones)."""
+    return mode not in TOKEN_STREAM_MODES
 FORMAT_VERSION = 7
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
@@ -181,8 +189,7 @@ def _flag_word_starts(ids: list[int], word_ids: list[int | None]) -> list[int]:
     but ERNIE's (a token continues a word when it has the word id of the token before)."""
     if not ids:
         return []
-    previous = [None, *word_ids[:-1]]
-    out = [t | WORD_CONT if w is not None and w == p else t for t, w, p in zip(ids, word_ids, previous)]
+    out = [t | WORD_CONT if w == p and w is not None else t for t, w, p in zip(ids, word_ids, chain((None,), word_ids))]
     out[0] |= SENTENCE_START
     return out
 
@@ -211,11 +218,15 @@ class PackedRow:
 
 def blocks_from_rows(rows: Sequence[PackedRow], length: int, pad_id: int, pairs: bool = False) -> PackedBlocks:
     """Rows padded to ``length`` and their flags decoded; ``pairs`` keeps the pair fields (even for no rows)."""
-    tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
-    docs = np.full((len(rows), length), -1, dtype=np.int16)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row.tokens)] = row.tokens
-        docs[i, : len(row.documents)] = row.documents
+    if rows and all(len(row.tokens) == length for row in rows):  # full rows (contiguous packing): no padding
+        tokens = np.array([row.tokens for row in rows], dtype=np.int64)
+        docs = np.array([row.documents for row in rows], dtype=np.int16)
+    else:
+        tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
+        docs = np.full((len(rows), length), -1, dtype=np.int16)
+        for i, row in enumerate(rows):
+            tokens[i, : len(row.tokens)] = row.tokens
+            docs[i, : len(row.documents)] = row.documents
     ids, flags = _split_flags(tokens)
     blocks = PackedBlocks(ids, docs, **flags)
     if pairs:
@@ -224,19 +235,24 @@ def blocks_from_rows(rows: Sequence[PackedRow], length: int, pad_id: int, pairs:
     return blocks
 
 
-def contiguous_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int) -> Iterator[PackedRow]:
-    """Concatenate ``doc <eos> doc <eos> ...`` and cut into ``length``-token blocks (the tail is dropped)."""
+def contiguous_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int | None) -> Iterator[PackedRow]:
+    """Concatenate ``doc <eos> doc <eos> ...`` (GPT-2) or, with ``eos_id=None``, ``doc doc ...`` with no separator
+    (T5's ``reduce_concat_tokens``, whose span corruption appends EOS after corrupting a row only), and cut into
+    ``length``-token blocks (the tail is dropped)."""
     tokens: list[int] = []
     doc_index: list[int] = []
     for i, d in enumerate(docs):
         for s in d.sentences:
             tokens.extend(s)
-        tokens.append(eos_id)
+        if eos_id is not None:
+            tokens.append(eos_id)
         doc_index.extend([i] * (len(tokens) - len(doc_index)))
         full = len(tokens) // length * length
         for start in range(0, full, length):
             first = doc_index[start]
-            yield PackedRow(tokens[start: start + length], [j - first for j in doc_index[start: start + length]])
+            documents = ([0] * length if doc_index[start + length - 1] == first  # inside one document
+                         else [j - first for j in doc_index[start: start + length]])
+            yield PackedRow(tokens[start: start + length], documents)
         del tokens[:full], doc_index[:full]
 
 
@@ -501,7 +517,7 @@ def pack(docs: list[TokenizedDocument], mode: str, length: int, tokenizer: TextT
 def rows_to_blocks(rows: Sequence[PackedRow], mode: str, length: int, tokenizer: TextTokenizer,
                    knowledge: bool = False) -> PackedBlocks:
     """Rows of ``mode`` as blocks (padded with the mode's pad token); ERNIE's unit arrays only with ``knowledge``."""
-    pad = tokenizer.ids["eos"] if mode == "contiguous" else tokenizer.ids["pad"]
+    pad = tokenizer.ids["eos"] if mode == "contiguous" else tokenizer.ids.get("pad", 0)
     blocks = blocks_from_rows(rows, length, pad, pairs=mode in PAIR_NEGATIVES)
     if not knowledge:
         for name in KNOWLEDGE_FIELDS:
@@ -514,6 +530,8 @@ def packed_rows(docs: Iterable[TokenizedDocument], mode: str, length: int, token
     """The rows of packing ``mode``, one document at a time (a stream of documents gives a stream of rows);
     ``rng`` draws the pair modes' choices, ``window`` bounds their pool of other documents."""
     ids = tokenizer.ids
+    if mode == "concatenated":
+        return contiguous_rows(docs, length, None)
     tokenizer.require(("eos",) if mode in ("contiguous", "documents") else ("cls", "sep", "pad"),
                       f"data.packing={mode} (contiguous and documents need eos; the sentence modes cls, sep and pad)")
     if mode == "contiguous":

@@ -1,8 +1,9 @@
 """Encoder-decoder data: T5 span corruption (Raffel et al. 2020, sec. 3.1.4; the objective of T5, T5.1.1, mT5).
 
-Documents are joined by EOS and cut into raw rows of the length whose corruption is exactly ``seq_len`` encoder
-tokens (568 raw tokens for T5's 512; :func:`raw_length_for`), each row corrupted when it is batched (dynamic, seeded
-by (seed, epoch, row)).
+Documents are joined with no separator, as T5's ``reduce_concat_tokens`` does (``data.packing=concatenated``), and
+cut into raw rows of the length whose corruption is exactly ``seq_len`` encoder tokens (568 raw tokens for T5's 512;
+:func:`raw_length_for`), each row corrupted when it is batched (dynamic, seeded by (seed, epoch, row)); EOS closes
+the corrupted input and the target only, so the decoder never learns to end inside a target.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class SpanCorruptionDataModule(TextDataModule):
     decoder_start_token = "pad"
     """The role of the token the decoder starts from (T5: pad); the model checks it matches its own."""
 
-    def __init__(self, *args: Any, tokenizer: str = "unigram", packing: PackingMode = "contiguous",
+    def __init__(self, *args: Any, tokenizer: str = "unigram", packing: PackingMode = "concatenated",
                  noise_density: float = 0.15, mean_noise_span_length: float = 3.0, decoder_only: bool = False,
                  **kwargs: Any) -> None:
         """
@@ -137,8 +138,9 @@ class SpanCorruptionDataModule(TextDataModule):
             raise ConfigError(f"data.noise_density={noise_density} must lie in (0, 1) (T5: 0.15)")
         if mean_noise_span_length < 1.0:
             raise ConfigError(f"data.mean_noise_span_length={mean_noise_span_length} must be >= 1 (T5: 3)")
-        if self.packing != "contiguous":
-            raise ConfigError(f"data.packing={self.packing}: span corruption reads contiguous raw rows")
+        if self.packing not in ("concatenated", "contiguous"):
+            raise ConfigError(f"data.packing={self.packing}: span corruption reads raw rows of concatenated documents "
+                              "(concatenated: T5's, no separator; contiguous: EOS between documents)")
         self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
         self.decoder_only = decoder_only
         self.raw_length, self.target_length = raw_length_for(self.seq_len, noise_density, mean_noise_span_length)

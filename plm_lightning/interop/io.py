@@ -201,8 +201,9 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     if (directory / "tokenizer.json").is_file():
         tok = TextTokenizer.load(directory)
         meta["tokenizer"] = {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}
-    return {"state_dict": module.state_dict(), "hyper_parameters": {**dict(module.hparams),
-            "_class_path": f"{cls.__module__}.{cls.__name__}"}, CHECKPOINT_KEY: meta,
+    # the constructor's arguments only: `MaskedLM.load_from_checkpoint(path)` takes them as they are, and no class
+    # path is stored for a loader to import
+    return {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams), CHECKPOINT_KEY: meta,
             "pytorch-lightning_version": L.__version__, "epoch": 0, "global_step": 0}
 
 
