@@ -9,7 +9,7 @@ for recipes x corpus sizes x worker counts, beside ``tokenizers``' own ``encode_
 The corpus is synthetic, written from the embedded corpus (no download): its documents over and over, each pass
 shuffled and numbered, as JSON lines. Every measured step is a separate process (``python -m plm_lightning pack``
 and the baselines) with ``RAYON_NUM_THREADS=1``, so a worker is one core; memory is the peak over time of the summed
-RSS of the process and its children, sampled from /proc every 0.1 s (pages a forked worker shares with its parent
+RSS of the process and its children, sampled from /proc every 0.25 s (pages a forked worker shares with its parent
 counted in each: an upper bound), and the summed PSS beside it (shared pages split between the processes).
 Results print as JSON lines, then a table.
 """
@@ -62,20 +62,18 @@ def write_corpus(path: Path, size: int) -> None:
 
 
 def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
+    """``pid`` and every process below it, from each process's ``/proc/PID/task/*/children`` (cheap: the sampler
+    must not take CPU from the workers it measures)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(children.get(p, []))
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
     return out
 
 
@@ -104,7 +102,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
         sizes = [_memory(p) for p in _descendants(proc.pid)]
         peak_rss = max(peak_rss, sum(r for r, _ in sizes))
         peak_pss = max(peak_pss, sum(p for _, p in sizes))
-        time.sleep(0.1)
+        time.sleep(0.25)
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
@@ -240,10 +238,11 @@ def main() -> None:
     for recipe in args.recipes.split(","):
         tok = train_tokenizer(recipe, corpora[max(sizes)], work / f"tok-{recipe}")
         emit({"recipe": recipe, "step": "tokenizer", **tok})
-        ref = encode_batch_reference(tok["file"], corpora[min(sizes)], 32 * 10**6)
-        emit({"recipe": recipe, "step": "encode_batch", **ref})
         for size in sizes:
             for w in workers if size <= parse_size(args.all_workers_up_to) else workers[-1:]:
+                # the reference right before each run: a shared machine's speed drifts over an hour
+                ref = encode_batch_reference(tok["file"], corpora[min(sizes)], 32 * 10**6)
+                emit({"recipe": recipe, "step": "encode_batch", **ref})
                 cache = work / f"cache-{recipe}-{size}-{w}"
                 row = pack(recipe, corpora[size], tok["file"], w, cache)
                 mb_s = size / row["seconds"] / 1e6

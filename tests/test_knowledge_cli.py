@@ -7,7 +7,9 @@ import pytest
 
 from tests.conftest import ROOT, cli_error, run_cli
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs every test of the world-trained GPT-2 (pyproject: --dist loadgroup): the other never
+# idles waiting on the `world_gpt` fixture's lock while the model trains
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("world_gpt")]
 
 
 def test_world_command_writes_the_files(tmp_path) -> None:

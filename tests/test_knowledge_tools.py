@@ -9,7 +9,9 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge import build_world
 from plm_lightning.knowledge.world import WorldConfig, prompt_of
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs every test of the world-trained GPT-2 (pyproject: --dist loadgroup): the other never
+# idles waiting on the `world_gpt` fixture's lock while the model trains
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("world_gpt")]
 
 
 @pytest.fixture(scope="module")
