@@ -24,7 +24,7 @@ import gzip
 import io
 import json
 import lzma
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -355,6 +355,21 @@ def _dataset_documents(segment: Segment, text_field: str, report: Callable[[int]
         stop = min(segment.stop, start + step)
         yield from (t for t in ds[start:stop][text_field] if t)
         report((stop - start) * per_row)
+
+
+def text_batches(texts: Iterable[str], batch_bytes: int) -> Iterator[list[str]]:
+    """``texts`` in consecutive batches of about ``batch_bytes`` characters (the last one shorter): what one worker
+    hands ``tokenizers``' batch encoder at a time."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_bytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def sample_documents(partitions: list[Partition], text_field: str, budget_bytes: int) -> Iterator[str]:

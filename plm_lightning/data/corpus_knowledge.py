@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from plm_lightning.data.corpus_files import Partition, sample_documents
+from plm_lightning.data.corpus_files import Partition, sample_documents, text_batches
 from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, fit_phrases
 from plm_lightning.data.sources import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
@@ -29,22 +29,10 @@ def sample_words(documents: Iterator[str], tokenizer: TextTokenizer, by_sentence
                  ) -> Iterator[list[str]]:
     """The words of every sentence (or whole document, without ``by_sentence``) of ``documents``, as the packer
     segments them (``TextTokenizer.encode_batch_with_words``), ``BATCH_BYTES`` of text at a time."""
-    batch: list[str] = []
-    size = 0
-
-    def flush() -> Iterator[list[str]]:
-        texts = [s for d in batch for s in split_sentences(d)] if by_sentence else list(batch)
+    for batch in text_batches(documents, BATCH_BYTES):
+        texts = [s for d in batch for s in split_sentences(d)] if by_sentence else batch
         for _, _, words in tokenizer.encode_batch_with_words(texts, segmenter):
             yield words
-
-    for doc in documents:
-        batch.append(doc)
-        size += len(doc)
-        if size >= BATCH_BYTES:
-            yield from flush()
-            batch, size = [], 0
-    if batch:
-        yield from flush()
 
 
 def phrase_table_file(knowledge: KnowledgeSpec, partitions: list[Partition], fingerprint: str, text_field: str,

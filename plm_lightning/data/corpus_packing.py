@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from plm_lightning.data import corpus_files, sources
-from plm_lightning.data.corpus_files import Partition, Segment, read_pairs, read_partition
+from plm_lightning.data.corpus_files import Partition, Segment, read_pairs, read_partition, text_batches
 from plm_lightning.data.corpus_knowledge import load_phrase_table
 from plm_lightning.data.knowledge import KnowledgeSpec, Phrase
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
     TokenizedDocument,
-    flagged_sentences,
+    flagged_pairs,
     pack_translation_pairs,
     packed_rows,
     reads_sentences,
@@ -113,15 +113,7 @@ def tokenized_stream(documents: Iterable[str], tokenizer: TextTokenizer, by_sent
                      phrases: set[Phrase] | None = None) -> Iterator[TokenizedDocument]:
     """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time
     (ERNIE's units from ``knowledge`` with the corpus's phrase table ``phrases``)."""
-    batch: list[str] = []
-    size = 0
-    for doc in documents:
-        batch.append(doc)
-        size += len(doc)
-        if size >= batch_bytes:
-            yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases)
-            batch, size = [], 0
-    if batch:
+    for batch in text_batches(documents, batch_bytes):
         yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases)
 
 
@@ -219,9 +211,8 @@ def _translation_blocks(job: PackingJob, partition: Partition, tokenizer: TextTo
     ids = tokenizer.ids
     for batch in _batched(pairs, ROWS_PER_WRITE):
         counts["documents"] += len(batch)
-        flagged = flagged_sentences([side for pair in batch for side in pair], tokenizer, job.segmenter)
-        yield pack_translation_pairs(list(zip(flagged[0::2], flagged[1::2])), job.length, ids["cls"], ids["sep"],
-                                     ids["pad"], job.languages, rng)
+        yield pack_translation_pairs(flagged_pairs(batch, tokenizer, job.segmenter), job.length, ids["cls"],
+                                     ids["sep"], ids["pad"], job.languages, rng)
 
 
 def _split_documents(documents: Iterable[str], job: PackingJob, validation: bool, counts: dict) -> Iterator[str]:

@@ -29,7 +29,7 @@ from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
-    flagged_sentences,
+    flagged_pairs,
     pack_translation_pairs,
     split_documents,
 )
@@ -262,8 +262,7 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
 
         def build() -> dict[str, PackedBlocks]:
             pairs = load_parallel(name, source, self.max_documents)[0]
-            flagged = flagged_sentences([side for pair in pairs for side in pair], tok, self.word_segmenter)
-            tokenized = list(zip(flagged[0::2], flagged[1::2]))
+            tokenized = flagged_pairs(pairs, tok, self.word_segmenter)
             train_idx, val_idx = split_documents(len(tokenized), self.val_fraction, self.seed)
             ids = tok.ids
             return {split: pack_translation_pairs([tokenized[i] for i in idx], self.seq_len, ids["cls"], ids["sep"],

@@ -464,6 +464,13 @@ def flagged_sentences(texts: list[str], tokenizer: TextTokenizer, segmenter: str
     return [_flag_sentence(ids, index, []) for ids, index, _ in tokenizer.encode_batch_with_words(texts, segmenter)]
 
 
+def flagged_pairs(pairs: Sequence[tuple[str, str]], tokenizer: TextTokenizer, segmenter: str = "tokenizer"
+                  ) -> list[tuple[list[int], list[int]]]:
+    """:func:`flagged_sentences` of both sides of sentence pairs (one batch through the encoder), as pairs."""
+    flagged = flagged_sentences([side for pair in pairs for side in pair], tokenizer, segmenter)
+    return list(zip(flagged[0::2], flagged[1::2]))
+
+
 def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
                       rng: np.random.Generator, adjacent: bool) -> tuple[list[int], int]:
     """ERNIE 2.0's sentence distance (Sun et al. 2020, sec. 4.2.2), three classes drawn uniformly: 0 = B follows A,
