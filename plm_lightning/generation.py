@@ -68,6 +68,8 @@ class Decoding:
         self.encoder_mask: Tensor | None = None
         self.cache: list[LayerCache] | None = None
         self.memory: list[Tensor] | None = None
+        self.prompt_mask: Tensor | None = None
+        """A causal LM's left-padded prompts: which prompt tokens are real (None: no padding)."""
 
     def _decoder(self) -> torch.nn.Module:
         backbone = self.model.backbone
@@ -80,6 +82,14 @@ class Decoding:
             self.encoder_out = backbone.encoder(input_ids, attention_mask).last_hidden_state
             self.encoder_mask = attention_mask
             return torch.full((input_ids.shape[0], 1), start_id, dtype=input_ids.dtype, device=input_ids.device)
+        if not bool(attention_mask.all()):
+            if bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()):
+                raise ConfigError("generate: pad causal prompts on the left (padding after a real token would sit "
+                                  "between the prompt and its continuation)")
+            if isinstance(self._decoder(), XLStack):
+                raise ConfigError("generate: Transformer-XL prompts in one batch must have the same length (its "
+                                  "memory has no padding mask)")
+            self.prompt_mask = attention_mask
         return input_ids
 
     def step(self, sequence: Tensor, new: int) -> Tensor:
@@ -95,9 +105,14 @@ class Decoding:
             self.cache = [LayerCache() for _ in decoder.blocks()]
         tokens = sequence[:, -new:] if self.use_cache else sequence
         kwargs = {}
+        mask = None
         if self.encoder_out is not None:
             kwargs = {"encoder_out": self.encoder_out, "encoder_attention_mask": self.encoder_mask}
-        out = decoder(tokens, None, cache=self.cache if self.use_cache else None, **kwargs)
+        elif self.prompt_mask is not None:  # left padding: keys masked, positions counted from the first real token
+            grown = sequence.shape[1] - self.prompt_mask.shape[1]
+            mask = torch.cat([self.prompt_mask, self.prompt_mask.new_ones(sequence.shape[0], grown)], dim=1)
+            kwargs = {"position_ids": (mask.cumsum(1) - 1).clamp(min=0)[:, -tokens.shape[1]:]}
+        out = decoder(tokens, mask, cache=self.cache if self.use_cache else None, **kwargs)
         hidden = out.last_hidden_state[:, -1]
         cfg = self.model.config
         if self.encoder_out is not None and cfg.tie_word_embeddings and cfg.tied_output_scaling:
@@ -108,6 +123,8 @@ class Decoding:
         if self.encoder_out is not None:
             self.encoder_out = self.encoder_out.index_select(0, parents)
             self.encoder_mask = self.encoder_mask.index_select(0, parents)
+        if self.prompt_mask is not None:
+            self.prompt_mask = self.prompt_mask.index_select(0, parents)
         for layer in self.cache or []:
             layer.reorder(parents)
         if self.memory is not None:
@@ -118,14 +135,12 @@ class Decoding:
 def generate(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
              eos_id: int | None, start_id: int | None = None) -> list[list[int]]:
     """The new tokens for each row of ``input_ids`` (a causal LM continues it; an encoder-decoder reads it and writes
-    from ``start_id``), stopping at ``eos_id`` (kept) or ``max_new_tokens``. Causal prompts must be unpadded (one
-    prompt per call, or prompts of one length)."""
+    from ``start_id``), stopping at ``eos_id`` (kept) or ``max_new_tokens``. Causal prompts of different lengths
+    are padded on the left: each row then continues exactly as it would alone (positions count its real tokens,
+    padding is never attended), as transformers' ``generate`` does."""
     model.eval()
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    encoder_decoder = hasattr(model.backbone, "encoder")
-    if not encoder_decoder and not bool(attention_mask.all()):
-        raise ConfigError("generate: causal prompts in one batch must have the same length (no padding)")
     if config.strategy == "beam":
         return _beam_search(model, input_ids, attention_mask, config, eos_id, start_id)
     state = Decoding(model, config.use_cache)

@@ -218,7 +218,10 @@ def tiny_pretrained(path: Path, family: str) -> str:
     tok = train_tokenizer(kind, list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)
     extra = {"decoder_start_token": "eos"} if family == "bart" else {}
-    module = cls(backbone=preset, vocab_size=tok.vocab_size, backbone_overrides={"pad_token_id": tok.ids.get("pad", 0)},
+    overrides = {"pad_token_id": tok.ids.get("pad", 0)}
+    if family == "roberta":  # RoBERTa's positions, as configs/roberta.yaml sets them
+        overrides.update(positions_from_padding=True, position_offset=2)
+    module = cls(backbone=preset, vocab_size=tok.vocab_size, backbone_overrides=overrides,
                  **extra)  # as the recipes' setup does
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
                 CHECKPOINT_KEY: {"objective": cls.__name__, "backbone": module.config.to_dict(),

@@ -250,3 +250,42 @@ def test_deberta_v3_exports_encoder_and_generator(tmp_path):
                       .last_hidden_state, mask) <= TOL
         assert _close(module.lm_head(module.run_stack(module.generator, batch)),
                       gen(input_ids=ids, attention_mask=mask).logits, mask) <= TOL
+
+
+def test_imported_and_trained_checkpoints_validate_in_plain_lightning(tmp_path):
+    """``MaskedLM.load_from_checkpoint`` opens an imported checkpoint and a trained one, and ``trainer.validate``
+    runs on both (the imported model's tokenizer directory feeds the DataModule)."""
+    import itertools
+
+    import lightning as L
+
+    from plm_lightning.data import MaskedLMDataModule
+    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.data.tokenizer import train_tokenizer
+
+    tok = train_tokenizer("wordpiece", list(itertools.islice(embedded_corpus(), 150)), 800)
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**{**SMALL, "vocab_size": tok.vocab_size},
+                                                              max_position_embeddings=64, pad_token_id=tok.ids["pad"]))
+    hf.save_pretrained(tmp_path / "hf")
+    tok.save(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "imported.ckpt")
+
+    def validate(model):
+        data = MaskedLMDataModule(tokenizer=str(tmp_path / "hf"), seq_len=32, batch_size=4,
+                                  cache_dir=str(tmp_path / "cache"))
+        trainer = L.Trainer(accelerator="cpu", limit_val_batches=2, max_steps=2, limit_train_batches=2, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+        return trainer, data, trainer.validate(model, data, verbose=False)[0]
+
+    _, _, imported = validate(MaskedLM.load_from_checkpoint(tmp_path / "imported.ckpt", map_location="cpu"))
+    assert 0 < imported["val/loss"] < 2 * torch.log(torch.tensor(float(tok.vocab_size)))
+
+    trainer, data, _ = validate(MaskedLM(backbone="tiny", vocab_size=tok.vocab_size, sentence_prediction="none"))
+    trained = MaskedLM(backbone="tiny", vocab_size=tok.vocab_size, sentence_prediction="none")
+    trainer.fit(trained, data)
+    trainer.save_checkpoint(tmp_path / "trained.ckpt")
+    reopened = MaskedLM.load_from_checkpoint(tmp_path / "trained.ckpt", map_location="cpu")
+    assert torch.load(tmp_path / "trained.ckpt", weights_only=True)[CHECKPOINT_KEY]["family"] == "bert"
+    _, _, again = validate(reopened)
+    assert again["val/loss"] > 0

@@ -100,7 +100,7 @@ def bart_config(cfg: BackboneConfig, special_ids: dict[str, int]) -> dict[str, A
             "encoder_ffn_dim": cfg.intermediate_size, "decoder_ffn_dim": cfg.intermediate_size,
             "max_position_embeddings": cfg.max_position_embeddings - POSITION_OFFSET,
             "activation_function": cfg.activation, "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
-            "activation_dropout": cfg.ffn_dropout, "init_std": cfg.initializer_range, "scale_embedding": False,
+            "activation_dropout": cfg.ffn_dropout, "init_std": cfg.initializer_range, "scale_embedding": cfg.embedding_scale,
             "is_encoder_decoder": True, "tie_word_embeddings": True, "pad_token_id": special_ids.get("pad", 1),
             "bos_token_id": special_ids.get("bos", 0), "eos_token_id": eos, "decoder_start_token_id": eos,
             "forced_eos_token_id": eos}
@@ -112,15 +112,19 @@ def bart_from_config(config: dict[str, Any]) -> BackboneConfig:
     if (config.get("decoder_layers", layers), config.get("decoder_attention_heads", heads),
             config.get("decoder_ffn_dim", ffn)) != (layers, heads, ffn):
         raise ConfigError("import: BART with different encoder and decoder shapes is not supported")
-    if config.get("scale_embedding") or config.get("normalize_before") or config.get("add_final_layer_norm"):
-        raise ConfigError("import: BART variants with scaled embeddings or pre-norm (mBART) are not supported")
     activation = config.get("activation_function", "gelu")
     if activation not in ("gelu", "relu", "gelu_new"):
-        raise ConfigError(f"import: BART activation_function={activation!r} is not supported (gelu, relu, gelu_new)")
+        raise ConfigError(f"import: bart config field activation_function={activation!r} is not supported; use one "
+                          "of gelu, relu, gelu_new")
+    eos = config.get("eos_token_id", 2)
+    if config.get("decoder_start_token_id", eos) not in (None, eos):
+        raise ConfigError(f"import: bart config field decoder_start_token_id={config['decoder_start_token_id']!r} "
+                          f"is not supported; plm_lightning starts BART's decoder with </s> ({eos})")
     return BackboneConfig(
         vocab_size=config["vocab_size"], hidden_size=config["d_model"], num_layers=layers, num_heads=heads,
         intermediate_size=ffn, max_position_embeddings=config.get("max_position_embeddings", 1024) + POSITION_OFFSET,
         position_offset=POSITION_OFFSET, type_vocab_size=0, norm_eps=1e-5, norm_position="post", embedding_norm=True,
-        activation=activation, dropout=config.get("dropout", 0.1), attention_dropout=config.get("attention_dropout", 0.0),
+        activation=activation, embedding_scale=bool(config.get("scale_embedding", False)),
+        dropout=config.get("dropout", 0.1), attention_dropout=config.get("attention_dropout", 0.0),
         ffn_dropout=config.get("activation_dropout", 0.0), initializer_range=config.get("init_std", 0.02),
         pad_token_id=config.get("pad_token_id", 1))

@@ -16,6 +16,9 @@ from plm_lightning.objectives.base import CHECKPOINT_KEY
 from plm_lightning.objectives.nesting import nested_construction
 
 TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
+SPECIAL_TOKEN_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id",
+                        "decoder_start_token_id", "forced_eos_token_id")
+"""The token-id fields an import records, so export writes them back as they were."""
 
 
 def _safetensors():  # noqa: ANN202
@@ -99,12 +102,13 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
                           f"{meta['objective']}")
     tokenizer = _tokenizer_from_meta(meta)
     sentence = hparams.get("sentence_prediction", "none")
-    family = family_of(state, cfg, meta["objective"], tokenizer.kind if tokenizer else None, sentence, part)
+    family = family_of(cfg, meta["objective"], sentence, part, meta.get("family"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = to_hf(state, cfg, family)
     _safetensors().save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(cfg, family, tokenizer.ids if tokenizer else {})
+    config.update({k: v for k, v in meta.get("special_token_ids", {}).items() if k in config})  # as imported
     (out / "config.json").write_text(json.dumps(config, indent=2))
     if tokenizer is not None:
         tokenizer.save(out)
@@ -197,7 +201,9 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     if missing or unexpected:
         raise ConfigError(f"import: weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
     meta: dict[str, Any] = {"objective": objective, "family": family, "backbone": cfg.to_dict(), "tokens_seen": 0,
-                            "loss_tokens_seen": 0, "imported_from": str(directory.resolve())}
+                            "loss_tokens_seen": 0, "imported_from": str(directory.resolve()),
+                            "special_token_ids": {k: config[k] for k in SPECIAL_TOKEN_FIELDS
+                                                  if isinstance(config.get(k), int)}}
     if (directory / "tokenizer.json").is_file():
         tok = TextTokenizer.load(directory)
         meta["tokenizer"] = {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}
@@ -224,10 +230,8 @@ def _base_family(ckpt: dict[str, Any]) -> str | None:
     meta = ckpt[CHECKPOINT_KEY]
     family = meta.get("family")
     if family is None:
-        tokenizer = _tokenizer_from_meta(meta)
         try:
-            family = family_of(ckpt["state_dict"], BackboneConfig(**meta["backbone"]), meta["objective"],
-                               tokenizer.kind if tokenizer else None)
+            family = family_of(BackboneConfig(**meta["backbone"]), meta["objective"])
         except ConfigError:
             return None
     return {"bert-nsp": "bert", "albert-sop": "albert", "electra-generator": "electra"}.get(family, family)

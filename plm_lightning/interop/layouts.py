@@ -142,19 +142,21 @@ def gpt2_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
 def modernbert_pairs(cfg: BackboneConfig) -> list[tuple[str, str]]:
     """ModernBERT (``ModernBertForMaskedLM``), except each layer's fused GeGLU input ``mlp.Wi`` (split, not renamed)."""
 
-    def lin(ours: str, hf: str) -> list[tuple[str, str]]:
-        return _wb(ours, hf) if cfg.bias else [(f"{ours}.weight", f"{hf}.weight")]
+    def lin(ours: str, hf: str, part: str) -> list[tuple[str, str]]:
+        return _wb(ours, hf) if cfg.has_bias(part) else [(f"{ours}.weight", f"{hf}.weight")]
 
     pairs = [("backbone.embeddings.token.weight", "model.embeddings.tok_embeddings.weight"),
-             *lin("backbone.embeddings.norm", "model.embeddings.norm"), *lin("backbone.final_norm", "model.final_norm"),
-             *lin("lm_head.dense", "head.dense"), *lin("lm_head.norm", "head.norm"), ("lm_head.bias", "decoder.bias"),
+             *lin("backbone.embeddings.norm", "model.embeddings.norm", "norm"),
+             *lin("backbone.final_norm", "model.final_norm", "norm"), *lin("lm_head.dense", "head.dense", "head"),
+             *lin("lm_head.norm", "head.norm", "norm"), ("lm_head.bias", "decoder.bias"),
              ("lm_head.weight", "decoder.weight")]
     for i in range(cfg.num_layers):
         ours, hf = f"backbone.layers.{i}", f"model.layers.{i}"
         if i > 0 or cfg.first_attention_norm:
-            pairs += lin(f"{ours}.self_attn_norm", f"{hf}.attn_norm")
-        pairs += [*lin(f"{ours}.self_attn.qkv_proj", f"{hf}.attn.Wqkv"), *lin(f"{ours}.self_attn.o_proj", f"{hf}.attn.Wo"),
-                  *lin(f"{ours}.ffn_norm", f"{hf}.mlp_norm"), *lin(f"{ours}.ffn.fc_out", f"{hf}.mlp.Wo")]
+            pairs += lin(f"{ours}.self_attn_norm", f"{hf}.attn_norm", "norm")
+        pairs += [*lin(f"{ours}.self_attn.qkv_proj", f"{hf}.attn.Wqkv", "attention"),
+                  *lin(f"{ours}.self_attn.o_proj", f"{hf}.attn.Wo", "attention"),
+                  *lin(f"{ours}.ffn_norm", f"{hf}.mlp_norm", "norm"), *lin(f"{ours}.ffn.fc_out", f"{hf}.mlp.Wo", "ffn")]
     return pairs
 
 

@@ -16,10 +16,14 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.nn.config import BackboneConfig
 
 ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration"}
+FEED_FORWARD = {"relu": "relu", "gelu_new": "gelu_new", "gelu": "gelu", "silu": "silu", "geglu_tanh": "gated-gelu",
+                "swiglu": "gated-silu", "reglu": "gated-relu"}
+"""Our activation -> T5's ``feed_forward_proj`` (``gated-gelu`` is T5.1.1's gelu_new gate)."""
+GATED = ("geglu_tanh", "swiglu", "reglu")
 
 
 def _ffn_pairs(cfg: BackboneConfig, ours: str, hf: str) -> list[tuple[str, str]]:
-    if cfg.activation == "geglu_tanh":
+    if cfg.activation in GATED:
         return [(f"{ours}.ffn.fc_gate.weight", f"{hf}.DenseReluDense.wi_0.weight"),
                 (f"{ours}.ffn.fc_in.weight", f"{hf}.DenseReluDense.wi_1.weight"),
                 (f"{ours}.ffn.fc_out.weight", f"{hf}.DenseReluDense.wo.weight")]
@@ -108,7 +112,7 @@ def t5_config(cfg: BackboneConfig, special_ids: dict[str, int], model_type: str 
             "relative_attention_num_buckets": cfg.relative_attention_num_buckets,
             "relative_attention_max_distance": cfg.relative_attention_max_distance, "dropout_rate": cfg.dropout,
             "layer_norm_epsilon": cfg.norm_eps, "initializer_factor": cfg.initializer_range,
-            "feed_forward_proj": "gated-gelu" if cfg.activation == "geglu_tanh" else "relu",
+            "feed_forward_proj": FEED_FORWARD[cfg.activation],
             # T5 v1.0 = tied + scaled; anything unscaled is written as T5.1.1 (tie_word_embeddings false, its own
             # lm_head tensor): transformers 4 reads that as untied, 5 as tied-unscaled, the same logits when our
             # head is tied. An untied head of ours needs transformers < 5 (see t5_to_hf)
@@ -118,8 +122,16 @@ def t5_config(cfg: BackboneConfig, special_ids: dict[str, int], model_type: str 
 
 def t5_from_config(config: dict[str, Any]) -> BackboneConfig:
     proj = config.get("feed_forward_proj", "relu")
-    if proj not in ("relu", "gated-gelu"):
-        raise ConfigError(f"import: T5 feed_forward_proj={proj!r} is not supported (relu, gated-gelu)")
+    ours = {v: k for k, v in FEED_FORWARD.items()}
+    proj = {"gated-swish": "gated-silu", "swish": "silu", "gated-gelu_new": "gated-gelu"}.get(proj, proj)
+    if proj not in ours:
+        raise ConfigError(f"import: {config.get('model_type', 't5')} config field feed_forward_proj={proj!r} is not "
+                          f"supported; use one of {', '.join(ours)}")
+    pad = config.get("pad_token_id", 0) or 0
+    if config.get("decoder_start_token_id", pad) not in (None, pad):
+        raise ConfigError(f"import: {config.get('model_type', 't5')} config field decoder_start_token_id="
+                          f"{config['decoder_start_token_id']!r} is not supported; plm_lightning starts T5's decoder "
+                          f"with the padding token ({pad})")
     if config.get("num_decoder_layers") not in (None, config["num_layers"]):
         raise ConfigError("import: T5 with a different number of encoder and decoder layers is not supported")
     d, heads = config["d_model"], config["num_heads"]
@@ -135,10 +147,10 @@ def t5_from_config(config: dict[str, Any]) -> BackboneConfig:
         vocab_size=config["vocab_size"], hidden_size=d, num_layers=config["num_layers"], num_heads=heads,
         intermediate_size=config["d_ff"], type_vocab_size=0, position_embedding="t5_relative", norm="rmsnorm",
         norm_eps=config.get("layer_norm_epsilon", 1e-6), norm_position="pre", embedding_norm=False,
-        activation="geglu_tanh" if proj == "gated-gelu" else "relu", bias=False,
+        activation=ours[proj], bias=False,
         dropout=config.get("dropout_rate", 0.1), attention_dropout=config.get("dropout_rate", 0.1),
         ffn_dropout=config.get("dropout_rate", 0.1), tie_word_embeddings=tied, tied_output_scaling=tied and scaled,
         relative_attention_num_buckets=config.get("relative_attention_num_buckets", 32),
         relative_attention_max_distance=config.get("relative_attention_max_distance", 128),
         initialization="t5", initializer_range=config.get("initializer_factor", 1.0),
-        pad_token_id=config.get("pad_token_id", 0) or 0)
+        pad_token_id=pad)

@@ -163,8 +163,12 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
         cross_attention: bool = False,
         kv_size: int | None = None,
+        upcast: bool = False,
     ) -> None:
+        """``upcast``: scores, softmax and the weighted sum in float32 whatever the autocast dtype (GPT-2's
+        ``reorder_and_upcast_attn``), the result cast back to the input's dtype."""
         super().__init__()
+        self.upcast = upcast
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
@@ -233,8 +237,10 @@ class MultiHeadAttention(nn.Module):
         ``rope`` then holds the stream's ``[1, T, D]`` angles); ``mask`` and ``is_causal`` are not read."""
         h = self.hidden_size
         if segments is not None:
-            if self.cross_attention or query_index is not None or cache is not None or position_bias is not None:
-                raise ValueError("segments are for self-attention over every position, without cache or bias")
+            if self.cross_attention or query_index is not None or cache is not None or position_bias is not None \
+                    or self.upcast:
+                raise ValueError("segments are for self-attention over every position, without cache, bias or "
+                                 "upcast_attention")
             q, k, v = (self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, x.shape[-1])).split(h, dim=-1))
             if rope is not None:
                 q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
@@ -282,6 +288,14 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
                position_bias: Tensor | None) -> Tensor:
+        """``softmax(q k^T * scale + bias) v`` by the configured kernel (in float32 when ``upcast``)."""
+        if self.upcast and q.dtype != torch.float32:
+            with torch.autocast(q.device.type, enabled=False):
+                return self._attend(q.float(), k.float(), v.float(), mask, is_causal, position_bias).to(q.dtype)
+        return self._attend(q, k, v, mask, is_causal, position_bias)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                position_bias: Tensor | None) -> Tensor:
         backend = resolve_backend(self.backend, q.device)
         dropout_p = self.dropout if self.training else 0.0
         if backend == "sdpa" and dropout_p > 0 and q.device.type == "cpu":

@@ -50,13 +50,13 @@ class TransformerStack(nn.Module):
         self.cfg, self.causal = cfg, causal
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
         num_blocks = 1 if cfg.layer_sharing == "all" else cfg.num_layers
-        self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention, attention_norm=cfg.first_attention_norm or i > 0)
-                                    for i in range(num_blocks))
+        self.layers = nn.ModuleList(TransformerBlock(cfg, cross_attention, attention_norm=cfg.first_attention_norm or i > 0,
+                                                     layer_index=i) for i in range(num_blocks))
         if cfg.layer_sharing in ("attention", "ffn"):  # one sub-layer module object in every block
             name = "self_attn" if cfg.layer_sharing == "attention" else "ffn"
             for block in self.layers[1:]:
                 setattr(block, name, getattr(self.layers[0], name))
-        self.final_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cfg.is_pre_norm else None
+        self.final_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm")) if cfg.is_pre_norm else None
         rope = cfg.position_embedding == "rope"
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta) if rope else None
         local_theta = cfg.local_rope_theta if cfg.local_rope_theta is not None else cfg.rope_theta
@@ -68,10 +68,10 @@ class TransformerStack(nn.Module):
             span = cfg.relative_position_buckets if cfg.relative_position_buckets > 0 else cfg.max_relative_positions
             self.relative_embeddings = nn.Embedding(2 * span, cfg.hidden_size)
             if cfg.relative_embedding_norm:
-                self.relative_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+                self.relative_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm"))
             if cfg.conv_kernel_size > 0:
                 self.conv = ConvLayer(cfg.hidden_size, cfg.conv_kernel_size,
-                                      make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias), cfg.dropout,
+                                      make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm")), cfg.dropout,
                                       cfg.conv_activation)
         self.relative_bias = (
             RelativePositionBias(cfg.num_heads, cfg.relative_attention_num_buckets,

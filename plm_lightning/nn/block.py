@@ -19,32 +19,40 @@ class TransformerBlock(nn.Module):
     """Post-norm: ``x = norm(x + drop(f(x)))`` (Vaswani et al. 2017, BERT).
     Pre-norm: ``x = x + drop(f(norm(x)))`` (GPT-2, Radford et al. 2019 sec. 2.3; Xiong et al. 2020)."""
 
-    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False, attention_norm: bool = True) -> None:
-        """``attention_norm=False`` leaves out the pre-norm before self-attention (ModernBERT's first layer)."""
+    def __init__(self, cfg: BackboneConfig, cross_attention: bool = False, attention_norm: bool = True,
+                 layer_index: int = 0) -> None:
+        """``attention_norm=False`` leaves out the pre-norm before self-attention (ModernBERT's first layer).
+        ``layer_index`` (0-based) matters only with ``cfg.scale_attention_by_layer``."""
         super().__init__()
         self.pre_norm = cfg.is_pre_norm
-        t5_scaling = cfg.position_embedding == "t5_relative"
+        by_head_dim = cfg.scale_attention_by_head_dim and cfg.position_embedding != "t5_relative"  # T5: unscaled
+        scale = cfg.head_dim ** -0.5 if by_head_dim else 1.0
+        if cfg.scale_attention_by_layer:
+            scale /= layer_index + 1
 
         def attention(cross: bool) -> MultiHeadAttention:
-            return MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.bias,
-                                      cfg.attention_backend, scale=1.0 if t5_scaling else None, cross_attention=cross)
+            return MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.has_bias("attention"),
+                                      cfg.attention_backend, scale=scale, cross_attention=cross,
+                                      upcast=cfg.upcast_attention)
 
         if cfg.position_embedding == "disentangled":
             span = cfg.relative_position_buckets if cfg.relative_position_buckets > 0 else cfg.max_relative_positions
             self.self_attn = DisentangledSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
-                                                       cfg.bias, cfg.attention_backend, span, cfg.share_attention_key,
-                                                       cfg.dropout)
+                                                       cfg.has_bias("attention"), cfg.attention_backend, span,
+                                                       cfg.share_attention_key, cfg.dropout)
         elif cfg.position_embedding == "xl_relative":
             self.self_attn = RelativeSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
                                                    cfg.attention_backend, cfg.relative_segments)
         else:
             self.self_attn = attention(cross=False)
-        self.self_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if attention_norm
+        self.self_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm")) if attention_norm
                                else nn.Identity())
         self.cross_attn = attention(cross=True) if cross_attention else None
-        self.cross_attn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias) if cross_attention else None
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.ffn_dropout)
-        self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.bias)
+        self.cross_attn_norm = (make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm"))
+                                if cross_attention else None)
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.has_bias("ffn"),
+                               cfg.ffn_dropout)
+        self.ffn_norm = make_norm(cfg.norm, cfg.hidden_size, cfg.norm_eps, cfg.has_bias("norm"))
         self.dropout = Dropout(cfg.dropout)
 
     def tensor_parallel_plan(self) -> dict[str, str]:

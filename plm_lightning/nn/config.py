@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "xl_relative", "none"]
-Activation = Literal["gelu", "gelu_new", "relu", "glu", "reglu", "geglu", "swiglu", "geglu_tanh"]
+Activation = Literal["gelu", "gelu_new", "relu", "silu", "glu", "reglu", "geglu", "swiglu", "geglu_tanh"]
 AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
 
 
@@ -33,6 +33,16 @@ class BackboneConfig:
     position_embedding: PositionKind = "learned"
     position_offset: int = 0
     """First position id; RoBERTa starts at padding_idx + 1 = 2."""
+    positions_from_padding: bool = False
+    """RoBERTa's position ids (fairseq's ``make_positions``, transformers' ``create_position_ids_from_input_ids``):
+    count the non-padding tokens, so a left-padded row numbers its first real token as a row alone would; padding
+    tokens take the padding row ``position_offset - 1``. Off: positions count from the start of the row."""
+    position_biased_input: bool = False
+    """DeBERTa (position_embedding: disentangled): also add learned absolute position embeddings to the input, as
+    DeBERTa-v2's ``position_biased_input`` (He et al. 2021, sec. 3.3 discusses where absolute positions enter)."""
+    embedding_scale: bool = False
+    """Multiply the token embeddings by sqrt(hidden_size) before positions are added (Vaswani et al. 2017, sec. 3.4;
+    BART's ``scale_embedding``)."""
     block_position_embedding: bool = False
     """GLM's 2D positions (Du et al. 2022, sec. 2.2.2): a second learned table, indexed by the position inside a blank
     span (0 outside), added to the absolute position embedding."""
@@ -43,7 +53,19 @@ class BackboneConfig:
     embedding_norm: bool = True
     """LayerNorm right after the embedding sum (BERT, RoBERTa, ALBERT)."""
     activation: Activation = "gelu"
+    head_activation: Activation | None = None
+    """Activation of the LM head's transform (dense -> act -> norm); None follows ``activation`` (gelu when that is
+    a gated unit). RoBERTa's and ELECTRA's generator heads use gelu whatever the body uses."""
     bias: bool = True
+    """Biases in every linear layer and norm, unless one of the four switches below says otherwise."""
+    attention_bias: bool | None = None
+    """Biases of the attention projections; None follows ``bias`` (ModernBERT's ``attention_bias``)."""
+    ffn_bias: bool | None = None
+    """Biases of the feed-forward layers; None follows ``bias`` (ModernBERT's ``mlp_bias``)."""
+    norm_bias: bool | None = None
+    """Biases of the LayerNorms; None follows ``bias`` (ModernBERT's ``norm_bias``)."""
+    head_bias: bool | None = None
+    """Bias of the LM head's transform (dense) layer; None follows ``bias`` (ModernBERT's ``classifier_bias``)."""
     dropout: float = 0.1
     attention_dropout: float = 0.1
     embedding_size: int | None = None
@@ -89,6 +111,14 @@ class BackboneConfig:
     first_attention_norm: bool = True
     """Pre-norm before the first layer's attention; ModernBERT drops it (its embedding output is already normed)."""
     attention_backend: AttentionBackend = "auto"
+    scale_attention_by_head_dim: bool = True
+    """Scores divided by sqrt(head_dim) (Vaswani et al. 2017, eq. 1); GPT-2's ``scale_attn_weights: false`` and T5
+    leave them unscaled."""
+    scale_attention_by_layer: bool = False
+    """Scores also divided by the layer's 1-based index (GPT-2's ``scale_attn_by_inverse_layer_idx``, from the
+    Mistral project's stability fixes)."""
+    upcast_attention: bool = False
+    """Attention computed in float32 under mixed precision, then cast back (GPT-2's ``reorder_and_upcast_attn``)."""
     pad_token_id: int = 0
     mem_len: int = 0
     """Transformer-XL segment-level recurrence (Dai et al. 2019, sec. 3.2; position_embedding: xl_relative): each layer
@@ -111,12 +141,23 @@ class BackboneConfig:
             )
         if self.local_attention_window is not None and self.local_attention_window < 2:
             raise ValueError(f"local_attention_window={self.local_attention_window} must be >= 2 (or null)")
+        if self.scale_attention_by_layer and self.layer_sharing in ("all", "attention"):
+            raise ValueError("scale_attention_by_layer needs a separate attention per layer; layer_sharing="
+                             f"{self.layer_sharing} applies one attention to every layer")
+        if self.positions_from_padding and self.position_offset < 1:
+            raise ValueError("positions_from_padding needs position_offset >= 1: the row before the first position "
+                             "is the padding tokens' (RoBERTa: position_offset = pad_token_id + 1)")
         if self.mem_len < 0:
             raise ValueError(f"mem_len={self.mem_len} must be >= 0 (0 = no Transformer-XL memory)")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "global_attention_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+
+    def has_bias(self, part: Literal["attention", "ffn", "norm", "head"]) -> bool:
+        """Whether ``part``'s layers carry biases: its own switch, else ``bias``."""
+        own = getattr(self, f"{part}_bias")
+        return self.bias if own is None else own
 
     @property
     def head_dim(self) -> int:
@@ -257,8 +298,10 @@ PRESETS: dict[str, BackboneConfig] = {
     "bert-large": _bert(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
     # Liu et al. 2019: BERT shapes, positions offset by padding_idx + 1, one segment
     "roberta-base": _bert(vocab_size=50265, max_position_embeddings=514, position_offset=2, type_vocab_size=1,
+                          positions_from_padding=True,
                           norm_eps=1e-5, pad_token_id=1),
     "roberta-large": _bert(vocab_size=50265, max_position_embeddings=514, position_offset=2, type_vocab_size=1,
+                           positions_from_padding=True,
                            norm_eps=1e-5, pad_token_id=1, hidden_size=1024, num_layers=24, num_heads=16,
                            intermediate_size=4096),
     # Lan et al. 2020, Table 1: factorized embeddings E = 128, all layers shared, no dropout (sec. 4.9), gelu_new

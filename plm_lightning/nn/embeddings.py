@@ -31,14 +31,19 @@ class Embeddings(nn.Module):
         self.segment = nn.Embedding(cfg.type_vocab_size, dim) if cfg.type_vocab_size > 0 else None
         self.task = nn.Embedding(cfg.task_type_vocab_size, dim) if cfg.task_type_vocab_size > 0 else None
         self.position: nn.Embedding | None = None
-        if cfg.position_embedding == "learned":
+        self.positions_from_padding = cfg.positions_from_padding
+        self.pad_token_id = cfg.pad_token_id
+        self.scale = dim ** 0.5 if cfg.embedding_scale else None
+        absolute = cfg.position_embedding == "learned" or (cfg.position_embedding == "disentangled"
+                                                           and cfg.position_biased_input)
+        if absolute:
             self.position = nn.Embedding(cfg.max_position_embeddings, dim)
         elif cfg.position_embedding == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_table(cfg.max_position_embeddings, dim), persistent=False)
         self.block_position = (nn.Embedding(cfg.max_position_embeddings, dim) if cfg.block_position_embedding
                                else None)
-        self.kind = cfg.position_embedding
-        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if cfg.embedding_norm else None
+        self.kind = "learned" if absolute else cfg.position_embedding
+        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.has_bias("norm")) if cfg.embedding_norm else None
         self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 
@@ -51,7 +56,12 @@ class Embeddings(nn.Module):
         stacks' tokens at once)."""
         length = input_ids.shape[1]
         x = self.token(input_ids) if token_embeds is None else token_embeds
+        if self.scale is not None:
+            x = x * self.scale
         if self.kind in ("learned", "sinusoidal"):
+            if position_ids is None and self.positions_from_padding:  # RoBERTa: pads take row offset - 1
+                real = (input_ids != self.pad_token_id).long()
+                position_ids = torch.cumsum(real, dim=1) * real - 1
             if position_ids is None:
                 position_ids = torch.arange(length, device=input_ids.device)[None]
             position_ids = position_ids + self.position_offset  # 0-based positions -> rows (RoBERTa starts at 2)

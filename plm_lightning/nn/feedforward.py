@@ -15,6 +15,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation
     "relu": F.relu,
+    "silu": F.silu,
 }
 GATES = {"glu": F.sigmoid, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu,
          "geglu_tanh": lambda x: F.gelu(x, approximate="tanh")}  # T5.1.1's gated-gelu (gelu_new)

@@ -24,9 +24,12 @@ class LMHead(nn.Module):
     def __init__(self, cfg: BackboneConfig, transform: bool = True, bias: bool = True) -> None:
         super().__init__()
         dim = cfg.embedding_size or cfg.hidden_size
-        self.dense = nn.Linear(cfg.hidden_size, dim, bias=cfg.bias) if transform else None
-        self.act = ACTIVATIONS["gelu" if cfg.activation not in ACTIVATIONS else cfg.activation]
-        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.bias) if transform else None
+        self.dense = nn.Linear(cfg.hidden_size, dim, bias=cfg.has_bias("head")) if transform else None
+        act = cfg.head_activation or cfg.activation
+        if act not in ACTIVATIONS and cfg.head_activation is not None:
+            raise ValueError(f"head_activation={act!r} is not one of {', '.join(ACTIVATIONS)}")
+        self.act = ACTIVATIONS[act if act in ACTIVATIONS else "gelu"]  # a gated body: gelu
+        self.norm = make_norm(cfg.norm, dim, cfg.norm_eps, cfg.has_bias("norm")) if transform else None
         self.weight = nn.Parameter(torch.empty(cfg.vocab_size, dim))
         nn.init.normal_(self.weight, 0.0, cfg.initializer_range)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if bias else None

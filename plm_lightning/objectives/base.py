@@ -125,6 +125,7 @@ class PretrainingModule(L.LightningModule):
             raise ConfigError(f"model.init_from: '{path}' holds a {meta['objective']} checkpoint; this recipe's "
                               f"objective is {self.objective_name}")
         self.config = BackboneConfig(**meta["backbone"])
+        self._transformers_family = meta.get("family")  # continued pretraining keeps the family it came from
         self._build_all()
         missing, unexpected = self.load_state_dict(ckpt["state_dict"], strict=False)
         core = ("backbone.", "lm_head.", "generator.")
@@ -378,9 +379,25 @@ class PretrainingModule(L.LightningModule):
 
         return next(c for c in type(self).__mro__ if not issubclass(c, FSDPModule)).__name__
 
+    @property
+    def transformers_family(self) -> str | None:
+        """The transformers family ``export`` writes this model as, decided once (from the checkpoint it continues,
+        else from what the recipe computes) and recorded in every checkpoint; None when no family holds it."""
+        family = getattr(self, "_transformers_family", None)
+        if family is None:
+            from plm_lightning.interop.hf import family_of
+
+            try:
+                family = family_of(self.config, self.objective_name, getattr(self, "sentence_prediction", "none"))
+            except ConfigError:
+                return None
+            self._transformers_family = family
+        return family
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta: dict[str, Any] = {"objective": self.objective_name, "backbone": self.config.to_dict(),
-                                "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen}
+                                "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen,
+                                "family": self.transformers_family}
         tokenizer = getattr(self, "tokenizer", None)
         if tokenizer is not None:
             meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
