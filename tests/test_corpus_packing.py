@@ -536,3 +536,34 @@ def test_sharded_blocks_save_as_one_split_file_per_field(tmp_path, corpus, token
     for split in ("train", "val"):
         blocks[split].save(tmp_path, split)
         _same_blocks(PackedBlocks.load(tmp_path, split), blocks[split])
+
+
+def test_a_damaged_cache_entry_is_rebuilt_with_one_warning(tmp_path, corpus, tokenizers) -> None:
+    """A shard file truncated on disk (the 'EOF: reading array header' of every later run) is noticed against the
+    sizes the metadata recorded, removed with one warning and packed again: the same rows as before. The in-memory
+    path's block cache does the same."""
+    from plm_lightning.data.block_cache import cached_splits
+
+    partitions, fingerprint = corpus_partitions(str(corpus[0]), "jsonl", "train", partition_bytes=60000)
+    job = PackingJob(tokenizers["gpt2"], "contiguous", 64, 0.1, seed=3)
+    root = prepare_shards(job, partitions, fingerprint, tmp_path, progress=False)
+    before = {split: np.asarray(blocks.input_ids).copy() for split, blocks in load_shards(root).items()}
+    victim = root / "part-00000" / "train.input_ids.npy"
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=r"part-00000' is damaged \(train.input_ids.npy has 100 of its"):
+        again = prepare_shards(job, partitions, fingerprint, tmp_path, progress=False)
+    for split, blocks in load_shards(again).items():
+        assert np.array_equal(np.asarray(blocks.input_ids), before[split])
+
+    built = []
+
+    def build() -> dict:
+        built.append(1)
+        return {split: blocks for split, blocks in load_shards(root).items()}
+
+    first = np.array(cached_splits(tmp_path / "cache", "contiguous-64", {"k": 1}, build)["val"].document_ids)
+    entry = next((tmp_path / "cache" / "packed").iterdir())
+    (entry / "val.document_ids.npy").write_bytes(b"")  # nothing maps it now: a mapped file cut short is SIGBUS
+    with pytest.warns(UserWarning, match="is damaged"):
+        second = cached_splits(tmp_path / "cache", "contiguous-64", {"k": 1}, build)
+    assert len(built) == 2 and np.array_equal(np.asarray(second["val"].document_ids), first)

@@ -20,6 +20,7 @@ from plm_lightning.data.packing import (
     split_documents,
     tokenize_documents,
 )
+from plm_lightning.data.shards import read_meta, write_meta
 from plm_lightning.data.tokenizer import TextTokenizer
 
 
@@ -53,17 +54,18 @@ def tokenizer_hash(tokenizer: TextTokenizer, tokenizer_file: str | None) -> str:
 def cached_splits(cache_dir: Path, name: str, key_fields: dict, build: Callable[[], dict[str, PackedBlocks]]
                   ) -> dict[str, PackedBlocks]:
     """The train/validation blocks cached under ``key_fields``: built once (written to a temporary directory and
-    renamed into place, so a killed build leaves nothing half-written), then memory-mapped."""
+    renamed into place, so a killed build leaves nothing half-written), then memory-mapped. An entry whose files no
+    longer have the sizes its metadata recorded (truncated on disk) is rebuilt, with one warning."""
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
     target = cache_dir / "packed" / f"{name}-{key}"
-    if not (target / "meta.json").is_file():
+    if read_meta(target) is None:  # missing, or damaged (then removed with a warning)
         splits = build()
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
         for split, blocks in splits.items():
             blocks.save(tmp, split)
         counts = {split: len(blocks) for split, blocks in splits.items()}
-        (tmp / "meta.json").write_text(json.dumps({**key_fields, "blocks": counts}, indent=2))
+        write_meta(tmp, {**key_fields, "blocks": counts})
         try:
             os.replace(tmp, target)
         except OSError:  # built concurrently by another process

@@ -10,6 +10,8 @@ rewritten with the real one when the shard is closed), so a worker never holds m
 from __future__ import annotations
 
 import json
+import shutil
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -174,13 +176,36 @@ def _npy_layout(path: Path) -> tuple[np.dtype, tuple[int, ...]]:
 
 
 def write_meta(directory: Path, meta: dict) -> None:
-    (directory / META_FILE).write_text(json.dumps(meta, indent=1))
+    """Write ``directory``'s metadata last, with the size of each of its files, which :func:`read_meta` checks."""
+    files = {f.name: f.stat().st_size for f in sorted(directory.iterdir()) if f.name != META_FILE and f.is_file()}
+    (directory / META_FILE).write_text(json.dumps({**meta, "files": files}, indent=1))
+
+
+def damage(directory: Path, meta: dict) -> str | None:
+    """What is wrong with a cache entry's files against the sizes its metadata recorded (None: nothing)."""
+    for name, size in (meta.get("files") or {}).items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} of its {size} bytes"
+    return None
 
 
 def read_meta(directory: Path) -> dict | None:
+    """The metadata of a complete cache entry; None when there is none, and when its files are damaged (truncated,
+    missing): the entry is then removed, with one warning, so it is built again."""
     try:
         meta = json.loads((directory / META_FILE).read_text())
-    except (OSError, ValueError):
+        problem = None if isinstance(meta, dict) else f"{META_FILE} holds no object"
+    except OSError:
         return None
-    return meta if isinstance(meta, dict) else None
+    except ValueError:  # written whole before the entry was renamed into place: this is damage
+        meta, problem = {}, f"{META_FILE} is not JSON"
+    problem = problem or damage(directory, meta)
+    if problem is not None:
+        warnings.warn(f"data: cache entry '{directory}' is damaged ({problem}); rebuilding it", stacklevel=2)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    return meta
 
