@@ -567,3 +567,63 @@ def test_a_damaged_cache_entry_is_rebuilt_with_one_warning(tmp_path, corpus, tok
     with pytest.warns(UserWarning, match="is damaged"):
         second = cached_splits(tmp_path / "cache", "contiguous-64", {"k": 1}, build)
     assert len(built) == 2 and np.array_equal(np.asarray(second["val"].document_ids), first)
+
+
+def test_an_endless_document_is_cut_as_it_is_read(tmp_path, monkeypatch) -> None:
+    """A document longer than MAX_DOCUMENT_CHARS is cut at whitespace (or, one endless word, at the limit) while it
+    is read, with one warning naming the file and byte; the pieces are the same however the file is partitioned,
+    and a multi-byte character is never split by the chunked reads."""
+    import warnings
+
+    from plm_lightning.data import corpus_files
+
+    monkeypatch.setattr(corpus_files, "MAX_DOCUMENT_CHARS", 1000)
+    words = "héllo wörld ñ " * 600
+    path = tmp_path / "a.txt"
+    path.write_text(f"first doc.\n\n{words}\n\n{'€' * 2500}\n\nlast doc\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = list(corpus_files.read_partition(plan_partitions([path], "text", 1 << 20)[0], "text"))
+    assert [str(w.message).split(":")[1].strip() for w in caught] == [f"'{path}', the document at byte 12",
+                                                                     f"'{path}', the document at byte {14 + len(words.encode())}"]
+    assert docs[0] == "first doc." and docs[-1] == "last doc" and all(len(d) <= 1000 for d in docs)
+    endless = [d for d in docs if d.startswith("€")]
+    assert "".join(endless) == "€" * 2500 and [len(d) for d in endless] == [1000, 1000, 500]
+    assert " ".join(d for d in docs[1:] if "h" in d).split() == words.split()
+    for partition_bytes in (700, 4096):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parts = [d for p in plan_partitions([path], "text", partition_bytes)
+                     for d in corpus_files.read_partition(p, "text")]
+        assert parts == docs
+
+
+_ONE_LINE_CHILD = """
+import resource, sys, warnings
+from pathlib import Path
+limit = 2 << 30
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, load_shards, prepare_shards
+partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    root = prepare_shards(PackingJob(sys.argv[2], "contiguous", 128, 0.0, 0), partitions, fingerprint,
+                          Path(sys.argv[3]), workers=1, progress=False)
+print(sum("cut into documents" in str(w.message) for w in caught), len(load_shards(root)["train"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_one_line_50mb_file_prepares_under_2gb(tmp_path, tokenizers) -> None:
+    """50 MB of words on one line (which once made the tokenizer ask for 4 GB and abort): under a 2 GB address-space
+    limit the preparation warns that it cuts the line and finishes."""
+    path = tmp_path / "one-line.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        chunk = "lorem ipsum dolor sit amet consectetur " * 25_000
+        while f.tell() < 50 << 20:
+            f.write(chunk)
+    res = subprocess.run([sys.executable, "-c", _ONE_LINE_CHILD, str(path), tokenizers["gpt2"], str(tmp_path / "c")],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    warned, rows = map(int, res.stdout.split()[-2:])
+    assert warned >= 1 and rows > 50 * (1 << 20) // 8 // 128  # every piece packed: ~6 bytes a token here

@@ -24,6 +24,7 @@ import gzip
 import io
 import json
 import lzma
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,10 @@ DEFAULT_PARTITION_BYTES = 8 << 20
 """8 MiB of text per partition: a few seconds of one worker's tokenization (balanced work for a few workers on 100 MB), about
 1,200 partitions for 10 GB (the shards are memory-mapped a few at a time)."""
 MAX_LINE_BYTES = 1 << 30
+"""The longest JSON line read (a JSON object is parsed whole)."""
+MAX_DOCUMENT_CHARS = 1 << 20
+"""Longer documents are cut into documents of at most this many characters (at whitespace where there is some),
+with a warning: no tokenizer, sentence splitter or packer ever holds more of one document at once."""
 
 
 @dataclass(frozen=True)
@@ -221,14 +226,21 @@ def read_segment(segment: Segment, text_field: str, progress: Callable[[int], No
     report = progress or (lambda n: None)
     try:
         if segment.kind == "parquet":
-            yield from _parquet_documents(segment, text_field, report)
+            documents = _parquet_documents(segment, text_field, report)
         elif segment.kind == "dataset":
-            yield from _dataset_documents(segment, text_field, report)
+            documents = _dataset_documents(segment, text_field, report)
+        elif segment.kind == "txt":
+            documents = _text_documents(segment, _lines(segment, report, MAX_DOCUMENT_CHARS))
         else:
-            lines = _lines(segment, report)
-            reader = _text_documents(segment, lines) if segment.kind == "txt" else _jsonl_documents(segment, lines,
-                                                                                                      text_field)
-            yield from reader
+            documents = _jsonl_documents(segment, _lines(segment, report), text_field)
+        for number, document in enumerate(documents):
+            if len(document) <= MAX_DOCUMENT_CHARS:
+                yield document
+                continue
+            pieces = cut_document(document)
+            _warn_cut(segment, f"document {number + 1} of the range at byte {segment.start}", len(document),
+                      len(pieces))
+            yield from pieces
     except FileNotFoundError as err:
         raise ConfigError(f"data.source: '{segment.path}' vanished while it was read (moved or deleted?)") from err
 
@@ -247,7 +259,36 @@ def _open_compressed(path: str, compression: str) -> io.BufferedIOBase:
     return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))  # noqa: SIM115
 
 
-def _lines(segment: Segment, report: Callable[[int], None]) -> Iterator[tuple[int, bytes, bool]]:
+def cut_document(text: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
+    """``text`` as pieces of at most ``limit`` characters (see :func:`_cut_head`), stripped, empty ones dropped."""
+    pieces, rest = _cut_head(text, limit)
+    return [p for p in (*pieces, rest.strip()) if p]
+
+
+def _cut_head(text: str, limit: int) -> tuple[list[str], str]:
+    """Cut pieces of at most ``limit`` characters off the front of ``text``, each after the last newline (else
+    whitespace) of its second half, or at ``limit`` when that half has none (one endless word); returns the stripped
+    non-empty pieces and the rest (at most ``limit`` characters, unstripped: more of it may follow)."""
+    pieces = []
+    while len(text) > limit:
+        window = text[:limit]
+        cut = window.rfind("\n", limit // 2)
+        if cut < 0:
+            cut = max(window.rfind(" ", limit // 2), window.rfind("\t", limit // 2))
+        cut = cut + 1 if cut >= 0 else limit
+        if text[:cut].strip():
+            pieces.append(text[:cut].strip())
+        text = text[cut:]
+    return pieces, text
+
+
+def _warn_cut(segment: Segment, where: str, chars: int, pieces: int) -> None:
+    warnings.warn(f"data.source: '{segment.path}', {where}: a document of {chars:,} characters is cut into {pieces} "
+                  f"documents of at most {MAX_DOCUMENT_CHARS:,}", stacklevel=3)
+
+
+def _lines(segment: Segment, report: Callable[[int], None], chunk: int = MAX_LINE_BYTES
+           ) -> Iterator[tuple[int, bytes, bool]]:
     """``(offset, line, owned)`` for the lines of a text segment, after a first ``(-1, b"", may_start)`` that says
     whether a document may start at the first line (false when the range starts inside a document, which belongs to
     the range before). A line is owned when it starts inside the range; lines after the range are read on while the
@@ -256,7 +297,7 @@ def _lines(segment: Segment, report: Callable[[int], None]) -> Iterator[tuple[in
         with _open_compressed(segment.path, segment.compression) as f:
             yield -1, b"", True
             offset = 0
-            for line in iter(lambda: f.readline(MAX_LINE_BYTES), b""):
+            for line in iter(lambda: _readline(f, chunk), b""):
                 yield offset, line, True
                 offset += len(line)
         report(segment.stop - segment.start)
@@ -272,7 +313,7 @@ def _lines(segment: Segment, report: Callable[[int], None]) -> Iterator[tuple[in
             may_start = before[end - 1: end] == b"\n" if end > 0 else offset == len(before)
         yield -1, b"", may_start
         reported = 0
-        for line in iter(lambda: f.readline(MAX_LINE_BYTES), b""):
+        for line in iter(lambda: _readline(f, chunk), b""):
             owned = offset < segment.stop
             yield offset, line, owned
             offset += len(line)
@@ -281,6 +322,20 @@ def _lines(segment: Segment, report: Callable[[int], None]) -> Iterator[tuple[in
                 report(done - reported)
                 reported = done
         report(segment.stop - segment.start - reported)
+
+
+def _readline(f: io.BufferedIOBase, chunk: int) -> bytes:
+    """A line, or its next ``chunk`` bytes when it is longer, completed to a whole UTF-8 character."""
+    line = f.readline(chunk)
+    if len(line) == chunk and not line.endswith(b"\n"):
+        for back in range(1, min(4, len(line)) + 1):  # the last character's lead byte: how long is it?
+            lead = line[-back]
+            if lead & 0xC0 != 0x80:
+                length = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+                if length > back:
+                    line += f.read(length - back)
+                break
+    return line
 
 
 def _decode(segment: Segment, offset: int, line: bytes) -> str:
@@ -292,10 +347,13 @@ def _decode(segment: Segment, offset: int, line: bytes) -> str:
 
 
 def _text_documents(segment: Segment, lines: Iterator[tuple[int, bytes, bool]]) -> Iterator[str]:
-    """Documents separated by empty lines: the ones that start in the segment (see :func:`_lines`)."""
+    """Documents separated by empty lines: the ones that start in the segment (see :func:`_lines`). A document
+    that grows past :data:`MAX_DOCUMENT_CHARS` (lines arrive in chunks of at most that many bytes) is cut as it is
+    read, so memory stays bounded whatever the file holds (one 50 MB line, a gigabyte of zeros)."""
     _, _, may_start = next(lines)
     skipping = not may_start
     current: list[str] = []
+    size, start, warned = 0, None, False  # start: the byte where the document being read began
     for offset, line, owned in lines:
         empty = line in (b"\n", b"\r\n")
         if skipping:
@@ -303,13 +361,25 @@ def _text_documents(segment: Segment, lines: Iterator[tuple[int, bytes, bool]]) 
             continue
         if empty:
             text = "".join(current).replace("\r\n", "\n").strip()
-            current = []
+            current, size, start, warned = [], 0, None, False
             if text:
                 yield text
             continue
-        if not current and not owned:  # a document that starts after the range: the next range's
-            return
+        if start is None:
+            if not owned:  # a document that starts after the range: the next range's
+                return
+            start = offset
         current.append(_decode(segment, offset, line))
+        size += len(current[-1])
+        if size > MAX_DOCUMENT_CHARS:
+            done, rest = _cut_head("".join(current).replace("\r\n", "\n"), MAX_DOCUMENT_CHARS)
+            if not warned:
+                warned = True
+                warnings.warn(f"data.source: '{segment.path}', the document at byte {start}: longer than "
+                              f"{MAX_DOCUMENT_CHARS:,} characters, cut into documents of at most that length as "
+                              "it is read", stacklevel=2)
+            yield from done
+            current, size = [rest], len(rest)
     text = "".join(current).replace("\r\n", "\n").strip()
     if text:
         yield text
