@@ -118,11 +118,31 @@ class PLMCLI(LightningCLI):
             self.trainer.callbacks.append(MetricsFile(os.environ[METRICS_FILE_ENV], self.trainer.log_every_n_steps))
         sub = self.config_init.subcommand
         if self.config_init[sub].get("ckpt_path") == "last":
-            found = find_last_checkpoint(self.trainer)
+            found = find_last_checkpoint(self.trainer, self._lineage(sub))
             if found is None:
                 print("plm_lightning: no last.ckpt from an earlier run of this recipe; starting from scratch",
                       file=sys.stderr)
+            else:
+                print(f"plm_lightning: resuming from {found}", file=sys.stderr)
             self.config_init[sub]["ckpt_path"] = str(found) if found else None
+        claim_versions(self.trainer)
+
+    def before_validate(self) -> None:
+        claim_versions(self.trainer)
+
+    def before_test(self) -> None:
+        claim_versions(self.trainer)
+
+    def _lineage(self, subcommand: str) -> dict[str, Any] | None:
+        """What makes a run the continuation of an earlier one: its seed, model and data configuration, as the
+        run's saved ``config.yaml`` writes them (the trainer section may change on resume: more steps)."""
+        import yaml
+
+        try:
+            dumped = yaml.safe_load(self._parser(subcommand).dump(self.config[subcommand], skip_none=False))
+        except Exception:  # noqa: BLE001 - a config jsonargparse cannot dump: no lineage check
+            return None
+        return lineage_of(dumped)
 
     @staticmethod
     def _parser_kwargs(run: bool) -> dict[str, Any]:
@@ -133,14 +153,69 @@ class PLMCLI(LightningCLI):
         return {cmd: dict(per_command) for cmd in ("fit", "validate", "test", "predict")} | common
 
 
-def find_last_checkpoint(trainer: Any) -> Path | None:
-    """Newest ``last.ckpt`` under the logger's directory for this recipe (all versions) or default_root_dir."""
+LINEAGE_KEYS = ("seed_everything", "model", "data")
+
+
+def lineage_of(config: Any) -> dict[str, Any] | None:
+    return {k: config.get(k) for k in LINEAGE_KEYS} if isinstance(config, dict) else None
+
+
+def _saved_lineage(checkpoint: Path) -> dict[str, Any] | None:
+    """The lineage in the ``config.yaml`` of the run that wrote ``checkpoint`` (``<version>/checkpoints/last.ckpt``)."""
+    import yaml
+
+    for directory in (checkpoint.parent.parent, checkpoint.parent):
+        config = directory / "config.yaml"
+        if config.is_file():
+            try:
+                return lineage_of(yaml.safe_load(config.read_text(encoding="utf-8")))
+            except (OSError, ValueError, yaml.YAMLError):
+                return None
+    return None
+
+
+def find_last_checkpoint(trainer: Any, lineage: dict[str, Any] | None = None) -> Path | None:
+    """Newest ``last.ckpt`` under the logger's directory for this recipe (all versions) or default_root_dir, of this
+    run's lineage: a run whose saved config has another seed, model or data configuration (another run started in
+    the same directory) is never resumed; when every candidate is of another lineage, a one-line error lists them.
+    A checkpoint without a saved config is taken as it is."""
     roots = [Path(trainer.default_root_dir)]
     logger = trainer.logger
     if logger is not None and getattr(logger, "save_dir", None):
         roots.append(Path(logger.save_dir) / (logger.name or ""))
-    found = [p for root in roots if root.is_dir() for p in root.rglob("last.ckpt")]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    found = sorted({p.resolve() for root in roots if root.is_dir() for p in root.rglob("last.ckpt")},
+                   key=lambda p: p.stat().st_mtime)
+    if not found or lineage is None:
+        return found[-1] if found else None
+    ours = [p for p in found if _saved_lineage(p) in (None, lineage)]
+    if not ours:
+        listed = ", ".join(str(p) for p in found[-3:])
+        raise ConfigError(f"ckpt_path last: the last.ckpt files here ({listed}) are of runs with another seed, model "
+                          "or data configuration; give the one to resume with --ckpt_path PATH")
+    return ours[-1]
+
+
+def claim_versions(trainer: Any) -> None:
+    """Give each file logger (CSV, TensorBoard) without a set version a version directory of its own, claimed with
+    ``mkdir`` (atomic), so runs started together in one directory never share ``version_N``. Rank 0 claims; other
+    ranks never write logs."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    if trainer.global_rank != 0:
+        return
+    for logger in trainer.loggers:
+        if not isinstance(logger, CSVLogger | TensorBoardLogger) or logger._version is not None:
+            continue
+        root = Path(logger.root_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        version = logger._get_next_version()
+        while True:
+            try:
+                (root / f"version_{version}").mkdir()
+                break
+            except FileExistsError:
+                version += 1
+        logger._version = version
 
 
 def _fail(message: str) -> None:

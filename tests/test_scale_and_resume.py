@@ -273,3 +273,42 @@ def test_optimizer_state_numbered_by_module_order_loads_back_unchanged():
     fresh.load_state_dict(state)
     for p in params:
         assert torch.equal(fresh.state[p]["exp_avg_sq"], optimizer.state[p]["exp_avg_sq"])
+
+
+@pytest.mark.slow
+def test_two_runs_started_together_in_one_directory_keep_apart(tmp_path):
+    """Two fits started at once in one directory each claim a version of their own (mkdir, atomic): two intact
+    metrics.csv and config.yaml; then ``--ckpt_path last`` of each resumes its own run (its seed's lineage)."""
+    import csv
+
+    (tmp_path / "every2.yaml").write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args: {save_last: true, every_n_train_steps: 2}\n")
+    common = ["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--config", str(tmp_path / "every2.yaml"),
+              "--data.seq_len", "64", "--data.batch_size", "8", "--trainer.limit_val_batches", "0",
+              "--trainer.log_every_n_steps", "1"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([sys.executable, "-m", "plm_lightning", *common, "--trainer.max_steps", "4",
+                               "--seed_everything", str(seed)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+    versions = sorted(tmp_path.glob("runs/*/version_*"))
+    assert len(versions) == 2
+    seeds = {}
+    for version in versions:
+        config = (version / "config.yaml").read_text()
+        seed = int(next(line for line in config.splitlines() if line.startswith("seed_everything:")).split()[-1])
+        seeds[seed] = version
+        with open(version / "metrics.csv") as f:
+            steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
+        assert steps == sorted(steps) and len(steps) == len(set(steps)) and steps[-1] == 3  # one run's rows only
+    assert sorted(seeds) == [1, 2]
+    for seed in (2, 1):
+        res = run_cli([*common, "--trainer.max_steps", "6", "--seed_everything", str(seed), "--ckpt_path", "last"],
+                      cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert f"resuming from {(seeds[seed] / 'checkpoints' / 'last.ckpt').resolve()}" in res.stderr
+    res = run_cli([*common, "--trainer.max_steps", "6", "--seed_everything", "3", "--ckpt_path", "last"],
+                  cwd=tmp_path)
+    assert res.returncode == 2 and "another seed, model or data configuration" in res.stderr
