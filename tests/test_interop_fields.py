@@ -248,3 +248,49 @@ def test_a_row_left_padded_right_padded_or_alone_gives_the_same_logits(variant, 
         assert (a[0, keep] - b[0, keep]).abs().max() <= TOL
         results.append(a[0, keep])
     assert (results[1] - results[0]).abs().max() <= TOL and (results[2] - results[0]).abs().max() <= TOL
+
+
+def _bad_hf_dirs(root):
+    """(name, HF directory, command-line tail) of broken transformers directories and output paths."""
+    good = root / "good"
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**ENC, max_position_embeddings=40))
+    hf.save_pretrained(good)
+    config = json.loads((good / "config.json").read_text())
+    cases = {}
+
+    def variant(name, config_text=None, weights=None):
+        directory = root / name
+        directory.mkdir()
+        (directory / "config.json").write_text(config_text if config_text is not None else json.dumps(config))
+        (directory / "model.safetensors").write_bytes(weights if weights is not None
+                                                      else (good / "model.safetensors").read_bytes())
+        cases[name] = directory
+
+    variant("broken-json", "{not json")
+    variant("json-list", "[1, 2]")
+    variant("latin-1")  # not UTF-8
+    (cases["latin-1"] / "config.json").write_bytes(json.dumps(config, ensure_ascii=False)
+                                                   .replace("{", '{"x": "caf\u00e9", ', 1).encode("latin-1"))
+    variant("no-hidden-size", json.dumps({k: v for k, v in config.items() if k != "hidden_size"}))
+    variant("more-layers", json.dumps({**config, "num_hidden_layers": 3}))
+    variant("huge-vocab", json.dumps({**config, "vocab_size": 10**9}))
+    variant("random-weights", None, bytes(range(256)) * 40)
+    variant("zero-heads", json.dumps({**config, "num_attention_heads": 0}))
+    variant("fixed-field", json.dumps({**config, "is_decoder": True}))
+    return good, cases
+
+
+def test_a_broken_transformers_directory_is_one_line_at_the_cli(tmp_path):
+    from tests.conftest import run_cli
+
+    good, cases = _bad_hf_dirs(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    runs = {name: ["import", str(d), str(tmp_path / f"{name}.ckpt")] for name, d in cases.items()}
+    runs["out-under-a-file"] = ["import", str(good), str(tmp_path / "a-file" / "out.ckpt")]
+    for name, args in runs.items():
+        res = run_cli(args, cwd=tmp_path)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2, (name, res.stderr[-1500:])
+        assert len(lines) == 1 and lines[0].startswith("plm_lightning: error: import"), (name, res.stderr[-1500:])
+        assert "Traceback" not in res.stderr and not (tmp_path / f"{name}.ckpt").exists(), name
+    assert (tmp_path / "a-file").read_text() == "x"

@@ -104,7 +104,10 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     sentence = hparams.get("sentence_prediction", "none")
     family = family_of(cfg, meta["objective"], sentence, part, meta.get("family"))
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"export: cannot write to '{out}': {err.strerror} ('{err.filename}')") from err
     tensors = to_hf(state, cfg, family)
     _safetensors().save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(cfg, family, tokenizer.ids if tokenizer else {})
@@ -117,25 +120,66 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     st = directory / "model.safetensors"
-    if st.is_file():
-        return _safetensors().load_file(str(st))
     binary = directory / "pytorch_model.bin"
-    if binary.is_file():
+    if not st.is_file() and not binary.is_file():
+        raise ConfigError(f"import: '{directory}' has neither model.safetensors nor pytorch_model.bin")
+    file = st if st.is_file() else binary
+    try:
+        if file is st:
+            return _safetensors().load_file(str(st))
         return torch.load(binary, map_location="cpu", weights_only=True)
-    raise ConfigError(f"import: '{directory}' has neither model.safetensors nor pytorch_model.bin")
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same one line
+        raise ConfigError(f"import: '{file}' is not a readable weights file ({' '.join(str(err).split())[:200]})") \
+            from err
 
 
 def _read_hf_dir(hf_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     directory = Path(hf_dir)
-    if not (directory / "config.json").is_file():
+    file = directory / "config.json"
+    if not file.is_file():
         raise ConfigError(f"import: '{hf_dir}' has no config.json; give a Hugging Face model directory")
-    return directory, json.loads((directory / "config.json").read_text())
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"import: '{file}' is not readable JSON ({' '.join(str(err).split())})") from err
+    if not isinstance(config, dict):
+        raise ConfigError(f"import: '{file}' holds a JSON {type(config).__name__}, not an object of config fields")
+    return directory, config
+
+
+def _config_from_hf(directory: Path, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
+    """:func:`config_from_hf`, a missing or ill-typed field of ``config.json`` being one line that names it."""
+    try:
+        return config_from_hf(config)
+    except KeyError as err:
+        raise ConfigError(f"import: '{directory / 'config.json'}' lacks the field {err}, which its "
+                          f"{config.get('model_type')} model needs") from err
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"import: '{directory / 'config.json'}': {' '.join(str(err).split())}") from err
+
+
+def _from_hf(weights: dict[str, torch.Tensor], cfg: BackboneConfig, family: str, directory: Path
+             ) -> dict[str, torch.Tensor]:
+    """:func:`from_hf`, checked against ``config.json`` before any model is built: a tensor its shapes need that the
+    weights lack, or a vocabulary the weights do not hold (a config claiming 10^9 tokens would allocate for them)."""
+    try:
+        ours = from_hf(weights, cfg, family)
+    except KeyError as err:
+        raise ConfigError(f"import: the weights in '{directory}' lack {err}, which config.json's shape (layers, "
+                          "sizes) needs") from err
+    for key, tensor in ours.items():
+        if key.endswith("embeddings.token.weight") and tensor.shape[0] != cfg.vocab_size:
+            raise ConfigError(f"import: '{directory / 'config.json'}' says vocab_size={cfg.vocab_size}, but the "
+                              f"weights hold {tensor.shape[0]} token embeddings")
+    return ours
 
 
 def _electra_generator(gen_dir: str | Path, disc: BackboneConfig) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """ELECTRA hyperparameters and our ``generator.`` / ``lm_head.`` weights from an ``ElectraForMaskedLM`` directory."""
     directory, config = _read_hf_dir(gen_dir)
-    family, gen, _ = config_from_hf(config)
+    family, gen, _ = _config_from_hf(directory, config)
     if family != "electra-generator":
         raise ConfigError(f"import: --generator '{gen_dir}' is a {family}, not an ElectraForMaskedLM generator")
     disc_emb, gen_emb = disc.embedding_size or disc.hidden_size, gen.embedding_size or gen.hidden_size
@@ -146,7 +190,7 @@ def _electra_generator(gen_dir: str | Path, disc: BackboneConfig) -> tuple[dict[
                           "size dividing the discriminator's and a 4x feed-forward")
     hparams = {"generator_size_divisor": disc.hidden_size // gen.hidden_size, "generator_num_layers": gen.num_layers,
                "generator_num_heads": gen.num_heads}
-    weights = from_hf(_read_hf_weights(directory), gen, family)
+    weights = _from_hf(_read_hf_weights(directory), gen, family, directory)
     ours = {("generator." + k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in weights.items()}
     return hparams, ours
 
@@ -169,8 +213,8 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
 
     directory, config = _read_hf_dir(hf_dir)
-    family, cfg, objective = config_from_hf(config)
-    ours = from_hf(_read_hf_weights(directory), cfg, family)
+    family, cfg, objective = _config_from_hf(directory, config)
+    ours = _from_hf(_read_hf_weights(directory), cfg, family, directory)
     cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM,
            "PermutationLM": PermutationLM}[objective]
     preset = "xlnet-base" if objective == "PermutationLM" else "bert-base"
@@ -219,7 +263,10 @@ def import_hf(hf_dir: str | Path, out_ckpt: str | Path, generator_dir: str | Pat
 
     checkpoint = hf_to_checkpoint(hf_dir, generator_dir)
     out = Path(out_ckpt)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"import: cannot write '{out}': {err.strerror} ('{err.filename}')") from err
     AtomicCheckpointIO().save_checkpoint(checkpoint, out)
     meta = checkpoint[CHECKPOINT_KEY]
     return {"family": meta["family"], "objective": meta["objective"], "checkpoint": str(out)}

@@ -132,6 +132,10 @@ class BackboneConfig:
     """XLNet's bi_data: the second half of every batch is read right to left (its relative distances negated)."""
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "global_attention_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.layer_sharing not in ("none", "all", "attention", "ffn"):
             raise ValueError(f"layer_sharing={self.layer_sharing!r} is not one of none, all, attention, ffn")
         if self.hidden_size % self.num_heads:
@@ -149,10 +153,6 @@ class BackboneConfig:
                              "is the padding tokens' (RoBERTa: position_offset = pad_token_id + 1)")
         if self.mem_len < 0:
             raise ValueError(f"mem_len={self.mem_len} must be >= 0 (0 = no Transformer-XL memory)")
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "global_attention_every"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
 
     def has_bias(self, part: Literal["attention", "ffn", "norm", "head"]) -> bool:
         """Whether ``part``'s layers carry biases: its own switch, else ``bias``."""
