@@ -363,3 +363,20 @@ def test_predict_reconstructs_bart_and_refuses_an_mlm(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout.strip())
     assert row["prompt"] == "Return the <mask> of the list." and not row["output"].startswith("<s>")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model.learning_rate", "-1"], "model.learning_rate=-1"),
+    (["--model.warmup_steps", "-5"], "model.warmup_steps=-5"),
+    (["--model.betas", "[0.9, 1.5]"], "model.betas"),
+    (["--model.backbone_overrides", "{num_heads: 0}"], "num_heads=0"),
+    (["--config", "LATIN1"], "is not UTF-8 text"),
+    (["--config", "EMPTY"], "is empty"),
+])
+def test_bad_model_settings_and_config_files_are_one_line(args, needle, tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("# caf\u00e9\ntrainer:\n  max_steps: 2\n".encode("latin-1"))
+    (tmp_path / "empty.yaml").write_text("\n")
+    args = [{"LATIN1": str(tmp_path / "latin1.yaml"), "EMPTY": str(tmp_path / "empty.yaml")}.get(a, a) for a in args]
+    res = run_cli(["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--trainer.max_steps", "1", *args],
+                  cwd=tmp_path)
+    _one_line_error(res, needle)

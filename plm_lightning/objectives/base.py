@@ -24,6 +24,22 @@ from plm_lightning.objectives.schedules import lr_lambda
 CHECKPOINT_KEY = "plm_lightning"
 
 
+def check_optimizer_settings(learning_rate: float, weight_decay: float, betas: tuple[float, float], adam_eps: float,
+                             warmup_steps: int | float, min_lr_ratio: float) -> None:
+    """One line for a setting AdamW or the schedule would reject late (a traceback from the optimizer) or accept and
+    misuse (a negative warmup)."""
+    checks = [("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+              ("weight_decay", weight_decay, weight_decay >= 0, ">= 0"),
+              ("betas", list(betas), len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1)"),
+              ("adam_eps", adam_eps, adam_eps > 0, "> 0"),
+              ("warmup_steps", warmup_steps, warmup_steps >= 0, "steps (an integer >= 0) or a fraction of all steps "
+               "(0 <= float < 1)"),
+              ("min_lr_ratio", min_lr_ratio, 0 <= min_lr_ratio <= 1, "in [0, 1]")]
+    for name, value, ok, valid in checks:
+        if not ok:
+            raise ConfigError(f"model.{name}={value} is not valid; it must be {valid}")
+
+
 class PretrainingModule(L.LightningModule):
     """Base class: subclasses set ``required_special_tokens`` and implement ``build`` and ``compute_loss``."""
 
@@ -80,12 +96,13 @@ class PretrainingModule(L.LightningModule):
         self.save_hyperparameters()
         try:
             self.config: BackboneConfig = get_preset(backbone).replace(**(backbone_overrides or {}))
-        except ValueError as err:
+            if vocab_size is not None:
+                self.config = self.config.replace(vocab_size=vocab_size)
+        except (TypeError, ValueError) as err:
             raise ConfigError(f"model.backbone: {err}") from err
-        if vocab_size is not None:
-            self.config = self.config.replace(vocab_size=vocab_size)
         if lr_schedule not in ("linear", "cosine", "constant"):
             raise ConfigError(f"model.lr_schedule={lr_schedule!r} is not one of linear, cosine, constant")
+        check_optimizer_settings(learning_rate, weight_decay, betas, adam_eps, warmup_steps, min_lr_ratio)
         self.built = False
         self.tokens_seen = 0
         self.loss_tokens_seen = 0
