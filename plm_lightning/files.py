@@ -1,5 +1,5 @@
-"""Writing a file so that readers (other processes sharing a cache, a resumed run) see it whole or not at all, and
-where the shared cache lives."""
+"""Writing a file so that readers (other processes sharing a cache, a resumed run) see it whole or not at all,
+whether the writer of a leftover temporary file still runs, and where the shared cache lives."""
 
 from __future__ import annotations
 
@@ -7,6 +7,17 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs (a writer whose temporary files must be left alone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_cache_dir() -> Path:

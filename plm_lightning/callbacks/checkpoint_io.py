@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.files import process_alive
 
 STALE_SECONDS = 3600.0
 """A temporary file of unknown writer (an older release's name) is removed once it is this old."""
@@ -27,16 +28,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _host() -> str:
@@ -52,7 +43,7 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
         parts = tmp.name[len(target.name) + 2:].split(".")  # host, pid, random, "tmp"
         try:
             if len(parts) == 4 and parts[1].isdigit():
-                stale = parts[0] == host and not _alive(int(parts[1]))
+                stale = parts[0] == host and not process_alive(int(parts[1]))
             else:
                 stale = len(parts) == 2 and time.time() - tmp.stat().st_mtime > STALE_SECONDS
             if stale:

@@ -53,7 +53,7 @@ from plm_lightning.data.packing import (
 from plm_lightning.data.shards import ShardedBlocks, ShardWriter, read_meta, write_meta
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
-from plm_lightning.files import atomic_write
+from plm_lightning.files import atomic_write, process_alive
 from plm_lightning.knowledge.world import is_world_spec
 
 SHARDS_VERSION = 1
@@ -346,18 +346,8 @@ def _remove_stale_tmp(root: Path) -> None:
     host = socket.gethostname()
     for tmp in root.glob(".tmp-part-*"):
         parts = tmp.name.rsplit("-", 2)
-        if len(parts) == 3 and parts[1] == host and parts[2].isdigit() and not _alive(int(parts[2])):
+        if len(parts) == 3 and parts[1] == host and parts[2].isdigit() and not process_alive(int(parts[2])):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def load_shards(root: Path) -> dict[str, ShardedBlocks]:
