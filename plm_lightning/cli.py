@@ -234,7 +234,8 @@ def _explain_parse_error(err: Exception) -> str:
     if option:
         key = f"{section.group(1)}.{option.group(1)}" if section else option.group(1)
         top = key.split(".")[0]
-        valid = _valid_keys(top)
+        given = re.search(r"given class_path '([\w.]+)'", text)  # the recipe's class: its keys, not every class's
+        valid = _valid_keys(top, given.group(1).rsplit(".", 1)[-1] if given else None)
         if valid:
             return f"unknown key '{key}'; valid keys under '{top}': {', '.join(valid)}"
         return f"unknown key '{key}'"
@@ -250,7 +251,9 @@ def _explain_parse_error(err: Exception) -> str:
     return text
 
 
-def _valid_keys(section: str) -> list[str]:
+def _valid_keys(section: str, class_name: str | None = None) -> list[str]:
+    """The constructor keys under ``section``: of the class named ``class_name`` when it is one of ours, else of every
+    class that section may name (a name is matched, never imported)."""
     import inspect as pyinspect
 
     from plm_lightning.data import (
@@ -313,7 +316,9 @@ def _valid_keys(section: str) -> list[str]:
 
         classes["trainer"] = [L.Trainer]
     names: list[str] = []
-    for cls in classes.get(section.split(".")[0], []):
+    candidates = classes.get(section.split(".")[0], [])
+    named = [cls for cls in candidates if cls.__name__ == class_name]
+    for cls in named or candidates:
         for klass in cls.__mro__:
             if "__init__" in vars(klass):
                 for p in pyinspect.signature(klass.__init__).parameters.values():

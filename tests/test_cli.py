@@ -372,6 +372,8 @@ def test_predict_reconstructs_bart_and_refuses_an_mlm(tmp_path):
     (["--model.backbone_overrides", "{num_heads: 0}"], "num_heads=0"),
     (["--config", "LATIN1"], "is not UTF-8 text"),
     (["--config", "EMPTY"], "is empty"),
+    (["--data.tokenizer_vocab_size", "1000000000"], "data.tokenizer_vocab_size=1000000000"),
+    (["--model.bogus", "1"], "valid keys under 'model': backbone, eval_mem_len,"),  # CausalLM's, not every class's
 ])
 def test_bad_model_settings_and_config_files_are_one_line(args, needle, tmp_path):
     (tmp_path / "latin1.yaml").write_bytes("# caf\u00e9\ntrainer:\n  max_steps: 2\n".encode("latin-1"))

@@ -61,6 +61,10 @@ def stage_boundaries(stages: tuple[str, ...], epochs: list[float] | None, key: s
     return bounds
 
 
+MAX_VOCAB_SIZE = 1 << 21
+"""The largest vocabulary a tokenizer is trained to (2,097,152 entries)."""
+
+
 class TextDataModule(L.LightningDataModule):
     """Shared data path of every objective; subclasses choose the packing mode and the collator."""
 
@@ -130,6 +134,10 @@ class TextDataModule(L.LightningDataModule):
         for key, value in (("seq_len", seq_len), ("batch_size", batch_size), ("tokenizer_vocab_size", tokenizer_vocab_size)):
             if value < 1:
                 raise ConfigError(f"data.{key}={value} must be a positive integer")
+        if tokenizer_vocab_size > MAX_VOCAB_SIZE:
+            raise ConfigError(f"data.tokenizer_vocab_size={tokenizer_vocab_size} is more than {MAX_VOCAB_SIZE:,}; the "
+                              "largest vocabularies in use hold about 1M entries (XLM-V), and training one allocates "
+                              "per entry")
         if seq_len < 8:
             raise ConfigError(f"data.seq_len={seq_len} is too short; use at least 8 tokens")
         if not 0.0 <= val_fraction < 1.0:
