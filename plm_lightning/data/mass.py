@@ -16,16 +16,19 @@ from plm_lightning.errors import ConfigError
 
 
 class MASSCollator:
-    """Rows -> encoder ``input_ids`` (fragment masked), ``decoder_input_ids`` (the fragment shifted right),
-    ``labels`` (the fragment), padded per batch."""
+    """Rows -> encoder ``input_ids`` (fragment masked), ``decoder_input_ids`` (the fragment shifted right, the token
+    before it first), ``labels`` (the fragment), ``cross_attention_mask`` (the encoder positions the decoder sees: all
+    real ones but the mask tokens, as microsoft/MASS; a row masked whole keeps them all, else the decoder would attend
+    to nothing), padded per batch."""
 
     objective = "masked_seq2seq"
     sentinels = np.zeros(0, dtype=np.int64)
 
     def __init__(self, mask_id: int, pad_id: int, eos_id: int, random_ids: np.ndarray, fragment_ratio: float = 0.5,
-                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1, seed: int = 0) -> None:
+                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1, seed: int = 0,
+                 hide_masks_from_decoder: bool = True) -> None:
         self.mask_id, self.pad_id, self.eos_id, self.random_ids = mask_id, pad_id, eos_id, random_ids
-        self.fragment_ratio, self.seed = fragment_ratio, seed
+        self.fragment_ratio, self.seed, self.hide_masks_from_decoder = fragment_ratio, seed, hide_masks_from_decoder
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -41,10 +44,15 @@ class MASSCollator:
         real = np.zeros((len(rows), n), dtype=bool)
         for i, (e, d, t, _) in enumerate(rows):
             enc[i, : len(e)], real[i, : len(e)], dec[i, : len(d)], labels[i, : len(t)] = e, True, d, t
-        return {"input_ids": torch.from_numpy(enc), "attention_mask": torch.from_numpy(real),
-                "decoder_input_ids": torch.from_numpy(dec), "labels": torch.from_numpy(labels),
-                "decoder_attention_mask": torch.from_numpy(labels != IGNORE_INDEX),
-                "fragment_start": torch.tensor([r[3] for r in rows])}
+        batch = {"input_ids": torch.from_numpy(enc), "attention_mask": torch.from_numpy(real),
+                 "decoder_input_ids": torch.from_numpy(dec), "labels": torch.from_numpy(labels),
+                 "decoder_attention_mask": torch.from_numpy(labels != IGNORE_INDEX),
+                 "fragment_start": torch.tensor([r[3] for r in rows])}
+        if self.hide_masks_from_decoder:
+            seen = real & (enc != self.mask_id)
+            seen[~seen.any(axis=1)] = real[~seen.any(axis=1)]
+            batch["cross_attention_mask"] = torch.from_numpy(seen)
+        return batch
 
 
 class MASSDataModule(TextDataModule):
@@ -56,13 +64,15 @@ class MASSDataModule(TextDataModule):
 
     def __init__(self, *args: Any, tokenizer: str = "bpe", packing: PackingMode = "contiguous",
                  fragment_ratio: float = 0.5, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-                 **kwargs: Any) -> None:
+                 hide_masks_from_decoder: bool = True, **kwargs: Any) -> None:
         """
         Args:
             fragment_ratio: k / length, the masked fragment's share of each row (MASS: 0.5; a ratio giving k = 1 is
                 BERT-like, 1.0 GPT-like).
             mask_replace_prob: Of the fragment's encoder tokens, the share replaced by the mask token.
             random_replace_prob: ... replaced by a random token (the rest stay unchanged).
+            hide_masks_from_decoder: The decoder's cross-attention skips the encoder's mask tokens (microsoft/MASS's
+                ``enc_mask``); false lets it attend to every real encoder position.
         """
         super().__init__(*args, tokenizer=tokenizer, packing=packing, **kwargs)
         if not 0.0 < fragment_ratio <= 1.0:
@@ -72,9 +82,11 @@ class MASSDataModule(TextDataModule):
                               f"{random_replace_prob} must be probabilities summing to <= 1")
         self.fragment_ratio, self.mask_replace_prob, self.random_replace_prob = (fragment_ratio, mask_replace_prob,
                                                                                 random_replace_prob)
+        self.hide_masks_from_decoder = hide_masks_from_decoder
 
     def collator(self) -> MASSCollator:
         tok = self.tokenizer
         random_ids = np.setdiff1d(np.arange(tok.vocab_size), tok.special_ids())
         return MASSCollator(tok.ids["mask"], tok.ids["pad"], tok.ids["eos"], random_ids, self.fragment_ratio,
-                            self.mask_replace_prob, self.random_replace_prob, self.seed)
+                            self.mask_replace_prob, self.random_replace_prob, self.seed,
+                            self.hide_masks_from_decoder)

@@ -142,8 +142,10 @@ def render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, Any
     out.write(f"original ({len(raw)} tokens):\n  {show(raw)}\n\n")
     out.write(f"encoder input ({real} tokens):\n  {show(batch['input_ids'][0, :real].tolist())}\n\n")
     out.write(f"decoder target = loss positions ({len(labels)} tokens):\n  {show(labels)}\n\n")
+    seen = ("every encoder token" if "cross_attention_mask" not in batch else
+            f"{int(batch['cross_attention_mask'][0].sum())} of the {real} encoder tokens (not the masks)")
     out.write(f"decoder input (target shifted right):\n  {show(batch['decoder_input_ids'][0, :len(labels)].tolist())}"
               "\n\nattention: encoder bidirectional over its input; decoder causal over the target, cross-attending "
-              "to every encoder token\n")
+              f"to {seen}\n")
 
 

@@ -98,10 +98,18 @@ def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, p
         raw = np.asarray(sample["input_ids"])[np.asarray(sample["document_ids"]) >= 0]
         enc = min(real, width)
         dec = min(int((labels != IGNORE_INDEX).sum()), max(1, width // 2))
+        cross = batch.get("cross_attention_mask")
+        if cross is None:
+            return encoder_decoder_picture(title, _tokens(tok, batch["input_ids"][0, :enc]),
+                                           _tokens(tok, batch["decoder_input_ids"][0, :dec]),
+                                           (labels[:dec] != IGNORE_INDEX).numpy(), show(raw),
+                                           show(batch["input_ids"][0, :real]))
         return encoder_decoder_picture(title, _tokens(tok, batch["input_ids"][0, :enc]),
                                        _tokens(tok, batch["decoder_input_ids"][0, :dec]),
                                        (labels[:dec] != IGNORE_INDEX).numpy(), show(raw),
-                                       show(batch["input_ids"][0, :real]))
+                                       show(batch["input_ids"][0, :real]),
+                                       "encoder bidirectional; decoder causal, cross-attending to the encoder tokens "
+                                       "but its masks", cross[0, :enc].numpy())
     n = min(real, width)
     if "input_ids" in sample:
         original = show(np.asarray(sample["input_ids"])[:real])
@@ -131,13 +139,14 @@ def objective_picture(datamodule: TextDataModule, model: Any, width: int = 32, p
 
 def encoder_decoder_picture(title: str, source: list[str], target: list[str], target_loss: np.ndarray, original: str,
                             corrupted: str, attention: str = "encoder bidirectional; decoder causal, cross-attending to "
-                            "every encoder token") -> ObjectivePicture:
+                            "every encoder token", cross_visible: np.ndarray | None = None) -> ObjectivePicture:
     """One matrix over [encoder input; decoder input] (T5, Fig. 3): the encoder block full, decoder rows seeing every
-    encoder token and the decoder tokens up to their own; loss on the decoder rows that have a target."""
+    encoder token (or those ``cross_visible`` marks: MASS hides the masks) and the decoder tokens up to their own;
+    loss on the decoder rows that have a target."""
     enc, dec = len(source), len(target)
     mask = np.zeros((enc + dec, enc + dec), dtype=bool)
     mask[:enc, :enc] = True
-    mask[enc:, :enc] = True
+    mask[enc:, :enc] = True if cross_visible is None else np.asarray(cross_visible, bool)[None, :]
     mask[enc:, enc:] = np.tril(np.ones((dec, dec), dtype=bool))
     loss = np.concatenate([np.zeros(enc, bool), np.asarray(target_loss, bool)])
     return ObjectivePicture(title, source + target, mask, loss, [("encoder", enc), ("decoder", dec)], original,

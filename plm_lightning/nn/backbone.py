@@ -276,7 +276,11 @@ class EncoderDecoder(nn.Module):
         self.decoder = Decoder(decoder_cfg, cross_attention=True, embeddings=dec_embeddings)
 
     def forward(self, input_ids: Tensor, decoder_input_ids: Tensor, attention_mask: Tensor | None = None,
-                decoder_attention_mask: Tensor | None = None) -> tuple[BackboneOutput, BackboneOutput]:
+                decoder_attention_mask: Tensor | None = None, cross_attention_mask: Tensor | None = None
+                ) -> tuple[BackboneOutput, BackboneOutput]:
+        """``cross_attention_mask`` (``[B, N]``, True = visible): the encoder positions the decoder may attend to,
+        when they are fewer than ``attention_mask``'s (MASS hides the encoder's mask tokens); default
+        ``attention_mask``."""
         enc_tokens = dec_tokens = None
         table = self.encoder.embeddings.token
         if self.decoder.embeddings.token is table and torch.is_grad_enabled() and table.weight.requires_grad:
@@ -288,7 +292,8 @@ class EncoderDecoder(nn.Module):
             dec_tokens = dec_tokens.view(*decoder_input_ids.shape, -1)
         enc = self.encoder(input_ids, attention_mask, token_embeds=enc_tokens)
         dec = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=enc.last_hidden_state,
-                           encoder_attention_mask=attention_mask, token_embeds=dec_tokens)
+                           encoder_attention_mask=attention_mask if cross_attention_mask is None else cross_attention_mask,
+                           token_embeds=dec_tokens)
         return enc, dec
 
 

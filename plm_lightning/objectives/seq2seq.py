@@ -61,7 +61,7 @@ class Seq2SeqLM(PretrainingModule):
     def decode(self, batch: dict[str, Tensor]) -> Tensor:
         """The decoder's last hidden state (teacher forcing), scaled for a tied head when the config says so."""
         _, dec = self.backbone(batch["input_ids"], batch["decoder_input_ids"], batch.get("attention_mask"),
-                               batch.get("decoder_attention_mask"))
+                               batch.get("decoder_attention_mask"), batch.get("cross_attention_mask"))
         hidden = dec.last_hidden_state
         if self.config.tie_word_embeddings and self.config.tied_output_scaling:
             hidden = hidden * self.config.hidden_size ** -0.5
