@@ -17,6 +17,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.errors import ConfigError
+from plm_lightning.files import os_error_line
 from plm_lightning.objectives.base import PretrainingModule
 
 EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
@@ -350,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         user_error = _find_user_error(err)
         if user_error is not None:
             _fail(_explain_parse_error(user_error) if _is_parse_error(user_error) else str(user_error))
+        line = os_error_line(err) if isinstance(err, OSError) else None
+        if line is not None:
+            _fail(line)
         raise
 
 

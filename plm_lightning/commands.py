@@ -12,6 +12,7 @@ from pathlib import Path
 
 from plm_lightning.data.commands import run_optimize, run_pack, run_prepare  # noqa: F401 - dispatched by name
 from plm_lightning.errors import CommandParser, ConfigError
+from plm_lightning.files import writable_path
 from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401
 
@@ -101,7 +102,7 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
         raise ConfigError(f"plm_lightning inspect: --png {args.png} must name a .png file")
     if args.json:
         raise ConfigError("plm_lightning inspect: --png and --json are separate views; give one")
-    args.png.parent.mkdir(parents=True, exist_ok=True)
+    writable_path(args.png, "--png").parent.mkdir(parents=True, exist_ok=True)
     width = args.width or 32
     if args.all_recipes:
         if args.config:

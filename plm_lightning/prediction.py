@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.files import read_user_text
 from plm_lightning.generation import GenerationConfig, generate
 
 SENTINEL = re.compile(r"<extra_id_(\d+)>")
@@ -52,10 +53,10 @@ def fill_middle(model: torch.nn.Module, tok: Any, prompt: str, config: Generatio
 
 
 def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -> list[dict[str, str]]:
-    path = Path(prompts_file)
-    if not path.is_file():
+    if not Path(prompts_file).exists():
         raise ConfigError(f"predict: no such prompts file '{prompts_file}' (one prompt per line)")
-    prompts = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = read_user_text(prompts_file, "predict: the prompts file")
+    prompts = [line.rstrip("\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ConfigError(f"predict: '{prompts_file}' has no prompt (one prompt per line)")
     model, tok = load_generator(checkpoint)

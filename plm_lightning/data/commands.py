@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from plm_lightning.errors import CommandParser, ConfigError
+from plm_lightning.files import writable_path
 
 
 def run_prepare(argv: list[str]) -> None:
@@ -37,7 +38,7 @@ def run_prepare(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
-    out = Path(args.out)
+    out = writable_path(args.out, "prepare: the output")
     if out.suffix != ".jsonl":
         raise ConfigError(f"prepare: the output '{args.out}' must be a .jsonl file")
     if args.steps is not None:
@@ -74,6 +75,22 @@ def run_prepare(argv: list[str]) -> None:
     print(f"wrote {kept_pages:,} pages to {out}")
 
 
+def chunk_bytes(text: str) -> int:
+    """``--chunk-bytes``: a byte count, plain or with litdata's units (``64MB``, ``1.5gb``), checked before any work
+    (litdata would raise in its worker, after the corpus was tokenized)."""
+    from litdata.utilities.format import _FORMAT_TO_RATIO, _convert_bytes_to_int
+
+    value = text.strip()
+    try:
+        size = int(value) if value.isdigit() else _convert_bytes_to_int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ConfigError(f"--chunk-bytes={text!r} must be a positive size: bytes, or a number with a unit of "
+                          f"{', '.join(_FORMAT_TO_RATIO)} (e.g. 64MB)")
+    return size
+
+
 def run_optimize(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning optimize",
                            description="Write a recipe's packed blocks as litdata streams (train/ and val/ chunks, the "
@@ -87,6 +104,8 @@ def run_optimize(argv: list[str]) -> None:
         raise ConfigError("plm_lightning optimize: give --config RECIPE.yaml")
     if args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
+    writable_path(args.out, "optimize: the output")
+    chunk_bytes(args.chunk_bytes)
     from plm_lightning.data.streaming import write_streams
     from plm_lightning.inspection import build_datamodule
 

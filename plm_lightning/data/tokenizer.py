@@ -141,7 +141,14 @@ class TextTokenizer:
         kind = "custom"
         config_file = file.parent / "tokenizer_config.json"
         if config_file.is_file():
-            config = json.loads(config_file.read_text())
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise ConfigError(f"data.tokenizer: '{config_file}' is not JSON text ({err}); fix it, or remove it "
+                                  "to take the special tokens from tokenizer.json's vocabulary") from err
+            if not isinstance(config, dict):
+                raise ConfigError(f"data.tokenizer: '{config_file}' holds a JSON {type(config).__name__}, not an "
+                                  "object of settings (bos_token, eos_token, ...)")
             kind = config.get("plm_lightning_kind", kind)
             for role in ROLES:
                 value = config.get(f"{role}_token")

@@ -21,9 +21,10 @@ from plm_lightning.nn.masks import ATTENTION_KINDS
 
 def build_datamodule(configs: list[str], overrides: list[str], prepare: bool = True) -> tuple[TextDataModule, Any]:
     """Instantiate the recipe exactly as ``fit`` would, and (with ``prepare``) prepare its data."""
-    from plm_lightning.cli import PLMCLI
+    from plm_lightning.cli import PLMCLI, check_config_files
 
     args = [a for c in configs for a in ("--config", c)] + overrides
+    check_config_files(args)
     with warnings.catch_warnings():  # args given while sys.argv holds the `inspect` command line: intended here
         warnings.filterwarnings("ignore", message=".*args parameter is intended")
         cli = PLMCLI(args=args, run=False)

@@ -29,6 +29,17 @@ def _safetensors():  # noqa: ANN202
     return safetensors.torch
 
 
+def _why_unreadable(err: Exception) -> str:
+    """One short clause for a failed ``torch.load``: torch's own messages run over many lines."""
+    text = str(err)
+    if "Unsupported global" in text:
+        return "it holds Python objects beyond tensors and plain containers, which are never unpickled here"
+    if "Weights only load failed" in text:
+        return "its bytes are not a PyTorch pickle"
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first if len(first) <= 160 else first[:157] + "..."
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A plm_lightning checkpoint, loaded with ``weights_only=True``; a ConfigError for anything else."""
     p = Path(path)
@@ -37,7 +48,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise ConfigError(f"checkpoint '{path}' is not a readable PyTorch checkpoint ({err})") from err
+        raise ConfigError(f"checkpoint '{path}' is not a readable PyTorch checkpoint ({_why_unreadable(err)})") from err
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:
         raise ConfigError(f"checkpoint '{path}' was not written by plm_lightning")
     return ckpt

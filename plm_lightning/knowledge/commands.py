@@ -9,14 +9,12 @@ import sys
 from pathlib import Path
 
 from plm_lightning.errors import CommandParser, ConfigError
+from plm_lightning.files import read_user_text
 
 
 def _read_jsonl(path: str, what: str) -> list[dict]:
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"{what}: no such file '{path}'")
     rows = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_user_text(path, what).splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))

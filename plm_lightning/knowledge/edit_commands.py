@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from plm_lightning.errors import CommandParser, ConfigError
+from plm_lightning.files import read_user_text
 from plm_lightning.knowledge.commands import _emit, _layers, _read_jsonl, _world_or_fail
 
 
@@ -107,6 +108,10 @@ def run_edit(argv: list[str]) -> None:
     if (args.world is None) == (args.requests is None):
         raise ConfigError("edit: give exactly one of --world SPEC or --requests FILE")
     lm = LanguageModel.load(args.checkpoint)
+    layers = _layers(args.layers)
+    for layer in layers or []:
+        if not 0 <= layer < lm.num_layers:
+            raise ConfigError(f"--layers: layer {layer} is out of range; this model has layers 0..{lm.num_layers - 1}")
     unrelated, texts, world = None, None, None
     if args.world:
         from plm_lightning.knowledge.world import world_from_spec
@@ -119,11 +124,14 @@ def run_edit(argv: list[str]) -> None:
         unrelated = {"other_subjects": [r for r in rows if r["sub_label"] not in subjects],
                      "same_subject_other_relations": [r for r in rows if r["sub_label"] in subjects]}
     else:
-        path = Path(args.requests)
-        if not path.is_file():
-            raise ConfigError(f"--requests: no such file '{args.requests}'")
-        text = path.read_text(encoding="utf-8")
-        cases = json.loads(text) if text.lstrip().startswith("[") else _read_jsonl(args.requests, "--requests")
+        text = read_user_text(args.requests, "--requests")
+        if text.lstrip().startswith("["):
+            try:
+                cases = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"--requests: '{args.requests}' is not JSON ({err.msg}, line {err.lineno})") from err
+        else:
+            cases = _read_jsonl(args.requests, "--requests")
         cases = cases[: args.count]
     if args.corpus:
         from plm_lightning.data.sources import load_documents
@@ -131,7 +139,6 @@ def run_edit(argv: list[str]) -> None:
         texts = load_documents(args.corpus)[0]
     if texts is None and args.editor in ("rome", "memit"):
         raise ConfigError(f"edit: --editor {args.editor} needs --corpus (or --world) for its key statistics")
-    layers = _layers(args.layers)
     if layers is None and args.world and args.editor in ("rome", "memit", "ft"):
         layers = _auto_layers(lm, world, args.editor)
     if args.editor == "mend":
