@@ -123,7 +123,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "prepare missing bad words": (["prepare", "{m}/corpus.txt", "{cwd}/out.jsonl", "--bad-words", "{m}/nope.txt"],
                                   ["nope.txt"]),
     "prepare zero workers": (["prepare", "{m}/corpus.txt", "{cwd}/out.jsonl", "--workers", "0"], ["--workers"]),
-    "prepare parquet that is not": (["prepare", "{m}/fake.parquet", "{cwd}/out.jsonl"], ["fake.parquet"]),
+    "prepare parquet that is not": (["prepare", "{m}/fake.parquet", "{cwd}/out.jsonl"], ["not a readable parquet"]),
     # optimize
     "optimize missing source": (["optimize", "{cwd}/out", "--config", "{cfg}/gpt2.yaml", "--data.source",
                                  "{m}/nowhere.txt"], ["nowhere.txt"]),
