@@ -228,3 +228,24 @@ def test_heads_fit_every_encoder_family(family, tmp_path):
             optimizer.step()
             losses.append(loss.item())
         assert losses[-1] < 0.6 * losses[0], (family, head, losses)
+
+
+@pytest.mark.parametrize("head,family", [("classification", "bert"), ("classification", "gpt2"),
+                                         ("classification", "bart"), ("tagging", "roberta")])
+def test_fine_tuning_trains_the_pretrained_backbone_with_its_dropout(head, family, checkpoints, tmp_path):
+    """The checkpoint loads in eval mode; fine-tuning must train every module (the backbone's dropout included) from
+    its first step in Lightning's own loop, which keeps the modes a module was handed over in."""
+    import lightning as L
+
+    model, data = _ready(head, checkpoints[family])
+    modes: list[set[bool]] = []
+
+    class Modes(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):  # noqa: ANN001
+            modes.append({m.training for m in module.modules()})
+
+    trainer = L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=[Modes()], default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=data)
+    assert modes == [{True}, {True}]

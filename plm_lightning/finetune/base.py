@@ -73,8 +73,9 @@ class FinetuneModule(L.LightningModule):
             from plm_lightning.nn import init_weights
 
             init_weights(pretrained, pretrained.config)
+        pretrained.train()  # load_pretrained hands it over in eval mode: fine-tuning keeps the pretrained dropout
         if whole:
-            self.model = pretrained.train()
+            self.model = pretrained
         else:
             self.backbone = pretrained.backbone
         self.tokenizer, self.backbone_config = own_tokenizer, pretrained.config
