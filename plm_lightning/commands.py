@@ -130,7 +130,7 @@ def run_predict(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning predict",
                            description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
-    parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line")
+    parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line (- reads standard input)")
     parser.add_argument("--strategy", default="greedy", help="greedy, sample or beam")
     parser.add_argument("--max_new_tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -156,7 +156,8 @@ def run_predict(argv: list[str]) -> None:
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
         else:
-            print(f"{row['prompt']}\t{row.get('filled', row['output'])}")
+            text = row.get("filled", row["output"])
+            print(f"{row['prompt']}\t{text if text else '(no new text: the model ended the prompt at once)'}")
 
 
 def _static_embeddings(path: str):  # noqa: ANN202

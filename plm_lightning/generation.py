@@ -133,11 +133,13 @@ class Decoding:
 
 @torch.no_grad()
 def generate(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor | None, config: GenerationConfig,
-             eos_id: int | None, start_id: int | None = None) -> list[list[int]]:
+             eos_id: int | None, start_id: int | None = None, generator: torch.Generator | None = None
+             ) -> list[list[int]]:
     """The new tokens for each row of ``input_ids`` (a causal LM continues it; an encoder-decoder reads it and writes
     from ``start_id``), stopping at ``eos_id`` (kept) or ``max_new_tokens``. Causal prompts of different lengths
     are padded on the left: each row then continues exactly as it would alone (positions count its real tokens,
-    padding is never attended), as transformers' ``generate`` does."""
+    padding is never attended), as transformers' ``generate`` does. Sampling draws from ``generator`` (one for a
+    whole file of prompts, so that each prompt gets draws of its own), else from one seeded by ``config.seed``."""
     model.eval()
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -146,7 +148,8 @@ def generate(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor |
     state = Decoding(model, config.use_cache)
     sequence = state.start(input_ids, attention_mask, start_id)
     prompt = sequence.shape[1]
-    generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
+    if generator is None and config.seed is not None:
+        generator = torch.Generator().manual_seed(config.seed)
     done = torch.zeros(sequence.shape[0], dtype=torch.bool)
     new = prompt
     for _ in range(config.max_new_tokens):

@@ -5,6 +5,7 @@ reconstruct the prompt, its ``<mask>`` tokens filled), one output per prompt."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,22 +41,26 @@ def fill_sentinels(prompt: str, output: str) -> str:
     return SENTINEL.sub(lambda m: spans.get(int(m.group(1)), m.group(0)), prompt)
 
 
-def fill_middle(model: torch.nn.Module, tok: Any, prompt: str, config: GenerationConfig) -> dict[str, str]:
+def fill_middle(model: torch.nn.Module, tok: Any, prompt: str, config: GenerationConfig,
+                generator: torch.Generator | None = None) -> dict[str, str]:
     """FIM (Bavarian et al. 2022): ``prefix<fim_middle>suffix`` as PSM, ``<PRE> prefix <SUF> suffix <MID>``, the
     middle generated until end-of-text."""
     prefix, suffix = prompt.split(FIM_HOLE, 1)
     encode = lambda text: tok.encode_batch([text])[0] if text else []  # noqa: E731
     ids = [tok.ids["fim_prefix"], *encode(prefix), tok.ids["fim_suffix"], *encode(suffix), tok.ids["fim_middle"]]
     eos = tok.ids.get("eos")
-    out = generate(model, torch.tensor([ids]), None, config, eos)[0]
+    out = generate(model, torch.tensor([ids]), None, config, eos, generator=generator)[0]
     middle = tok.decode([t for t in out if t != eos], skip_special_tokens=False)
     return {"prompt": prompt, "output": middle, "filled": prefix + middle + suffix}
 
 
 def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -> list[dict[str, str]]:
-    if not Path(prompts_file).exists():
+    if prompts_file == "-":
+        text = sys.stdin.read()
+    elif not Path(prompts_file).exists():
         raise ConfigError(f"predict: no such prompts file '{prompts_file}' (one prompt per line)")
-    text = read_user_text(prompts_file, "predict: the prompts file")
+    else:
+        text = read_user_text(prompts_file, "predict: the prompts file")
     prompts = [line.rstrip("\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ConfigError(f"predict: '{prompts_file}' has no prompt (one prompt per line)")
@@ -63,17 +68,19 @@ def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -
     encoder_decoder = hasattr(model.backbone, "encoder")
     eos, start = decoding_ids(model, tok)
     framed = encoder_decoder and getattr(model, "decoder_start_token", "pad") == "eos" and "bos" in tok.ids  # BART
+    # one stream of draws for the file: each prompt samples its own, and the file is reproducible from --seed
+    generator = torch.Generator().manual_seed(config.seed if config.seed is not None else torch.seed())
     results = []
     for prompt in prompts:
         if not encoder_decoder and FIM_HOLE in prompt and "fim_prefix" in tok.ids:
-            results.append(fill_middle(model, tok, prompt, config))
+            results.append(fill_middle(model, tok, prompt, config, generator))
             continue
         ids = tok.encode_batch([prompt])[0]
         if encoder_decoder and eos is not None:
             ids = [*([tok.ids["bos"]] if framed else []), *ids, eos]
         if not ids:
             raise ConfigError(f"predict: the prompt {prompt!r} has no tokens")
-        out = generate(model, torch.tensor([ids]), None, config, eos, start)
+        out = generate(model, torch.tensor([ids]), None, config, eos, start, generator)
         if framed and out[0][:1] == [tok.ids["bos"]]:
             out[0] = out[0][1:]
         text = tok.decode(out[0], skip_special_tokens=False)

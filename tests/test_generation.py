@@ -203,3 +203,21 @@ def test_left_padded_generation_matches_transformers_generate(tmp_path):
     ours = generate(model, ids, mask, GenerationConfig("greedy", max_new_tokens=8), None)
     assert [row[ids.shape[1]:].tolist() for row in theirs] == ours
     assert len({tuple(row) for row in ours}) == len(ours)  # each prompt its own continuation
+
+
+def test_sampling_a_file_gives_each_prompt_its_own_draws(tmp_path, monkeypatch):
+    """One stream of draws per file (seeded by --seed): the same prompt twice samples two continuations, and the file
+    samples the same again with the same seed; ``-`` reads the prompts from standard input."""
+    import io
+
+    from plm_lightning.prediction import predict_file
+    from tests.conftest import tiny_pretrained
+
+    ckpt = tiny_pretrained(tmp_path / "gpt2.ckpt", "gpt2")
+    (tmp_path / "p.txt").write_text("The list of\nThe list of\n")
+    config = GenerationConfig("sample", max_new_tokens=8, seed=3)
+    first = [r["output"] for r in predict_file(ckpt, str(tmp_path / "p.txt"), config)]
+    assert first[0] != first[1]
+    assert [r["output"] for r in predict_file(ckpt, str(tmp_path / "p.txt"), config)] == first
+    monkeypatch.setattr("sys.stdin", io.StringIO("The list of\nThe list of\n"))
+    assert [r["output"] for r in predict_file(ckpt, "-", config)] == first

@@ -59,8 +59,9 @@ def test_tensor_parallel_matches_single_process(recipe, meshes, options, tmp_pat
     """Megatron-style tensor parallelism over 2 processes (each holds half the heads and feed-forward units of every
     block; both read the same batch of 16) equals one process; on a 2 x 2 mesh of 4 (FSDP2 shards each
     tensor-parallel shard over 2 data-parallel ranks, each pair reading 8 of the 16) it equals FSDP2 alone over 2
-    (BART here, whose blocks hold GPT-2's and cross-attention; GPT-2 on that mesh in the resume test below; BART's per-rank loss means differ from the global mean by a little, so the data-parallel runs are compared with
-    each other; 4 steps each). Equal in losses,
+    (BART here, whose blocks hold GPT-2's and cross-attention; GPT-2 on that mesh in the resume test below; BART's
+    per-rank loss means differ from the global mean by a little, so the data-parallel runs are compared with each
+    other; 4 steps each). Equal in losses,
     and in checkpoints holding the weights in their own layout (the fused q/k/v rows gathered back in order). BART
     adds cross-attention's fused k/v; T5 its bucket table split by heads; DeBERTa its position projections (split
     like q/k/v), DeBERTa-v3 the same through the q/k/v weight itself, and a generator; Transformer-XL its W_R (split
