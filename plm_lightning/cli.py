@@ -110,6 +110,10 @@ class PLMCLI(LightningCLI):
             raise ConfigError(f"ckpt_path: '{ckpt_path}' has hyper_parameters that are not a mapping")
         return {k: v for k, v in hparams.items() if not str(k).startswith("_")}
 
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        follow_default_root_dir(self.config[subcommand] if subcommand else self.config)
+
     def before_fit(self) -> None:
         """``--ckpt_path last`` means the newest last.ckpt of this recipe's earlier runs (any logger version); with
         ``PLM_LIGHTNING_METRICS_FILE`` set (the sweep controller's trials), the metrics also go to that file."""
@@ -127,6 +131,8 @@ class PLMCLI(LightningCLI):
                 print(f"plm_lightning: resuming from {found}", file=sys.stderr)
             self.config_init[sub]["ckpt_path"] = str(found) if found else None
         claim_versions(self.trainer)
+        if self.trainer.global_rank == 0:
+            print(f"plm_lightning: this run writes to {run_directory(self.trainer)}", file=sys.stderr)
 
     def before_validate(self) -> None:
         claim_versions(self.trainer)
@@ -194,6 +200,41 @@ def find_last_checkpoint(trainer: Any, lineage: dict[str, Any] | None = None) ->
         raise ConfigError(f"ckpt_path last: the last.ckpt files here ({listed}) are of runs with another seed, model "
                           "or data configuration; give the one to resume with --ckpt_path PATH")
     return ours[-1]
+
+
+RECIPE_LOG_DIR = "runs"
+"""Where the recipes' file loggers write (``save_dir``), each under its recipe's name: ``runs/<recipe>``, which is
+also their ``trainer.default_root_dir``."""
+
+
+def follow_default_root_dir(config: Any) -> None:
+    """A ``trainer.default_root_dir`` other than the recipe's moves its CSV/TensorBoard loggers there too (logs in
+    ``<dir>/version_N``, checkpoints in ``<dir>/version_N/checkpoints``), unless their ``save_dir`` was changed as
+    well: without this the recipes' ``save_dir: runs`` kept every run in ``./runs/<recipe>``."""
+    trainer = config.get("trainer") if config is not None else None
+    root = trainer.get("default_root_dir") if trainer is not None else None
+    loggers = trainer.get("logger") if trainer is not None else None
+    if not root or loggers is None or isinstance(loggers, bool):
+        return
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if not str(logger.get("class_path", "")).endswith(("CSVLogger", "TensorBoardLogger")):
+            continue
+        args = logger.get("init_args")
+        if args is None or args.get("save_dir") != RECIPE_LOG_DIR:
+            continue
+        if Path(RECIPE_LOG_DIR) / str(args.get("name")) != Path(root):
+            args["save_dir"], args["name"] = str(Path(root).parent), Path(root).name
+
+
+def run_directory(trainer: Any) -> str:
+    """The directory a run's logs and checkpoints go to: its first file logger's version directory, else the
+    trainer's root."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger | TensorBoardLogger):
+            return logger.log_dir
+    return trainer.default_root_dir
 
 
 def claim_versions(trainer: Any) -> None:

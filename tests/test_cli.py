@@ -319,3 +319,18 @@ def test_predict_reconstructs_bart_and_refuses_an_mlm(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout.strip())
     assert row["prompt"] == "Return the <mask> of the list." and not row["output"].startswith("<s>")
+
+
+def test_the_run_writes_where_default_root_dir_says(tmp_path):
+    """The recipes' loggers follow ``--trainer.default_root_dir`` (issue 38: they kept writing to runs/<recipe>), and
+    the run says where it writes; without the option the recipe's own runs/<recipe> stays."""
+    common = ["fit", "--config", str(ROOT / "configs" / "gpt2.yaml"), "--trainer.max_steps", "2",
+              "--data.seq_len", "64"]
+    res = run_cli([*common, "--trainer.default_root_dir", str(tmp_path / "mine")], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"this run writes to {tmp_path / 'mine' / 'version_0'}" in res.stderr
+    assert (tmp_path / "mine" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "runs").exists()
+    res = run_cli(common, cwd=tmp_path)
+    assert res.returncode == 0 and "this run writes to runs/gpt2/version_0" in res.stderr, res.stderr[-2000:]
+    assert (tmp_path / "runs" / "gpt2" / "version_0" / "checkpoints" / "last.ckpt").is_file()
