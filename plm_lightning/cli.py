@@ -6,6 +6,7 @@ Errors in user input print one line on stderr and exit with code 2; ``PLM_DEBUG=
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -369,7 +370,19 @@ def _valid_keys(section: str, class_name: str | None = None) -> list[str]:
     return names
 
 
+class _NoAdvertisement(logging.Filter):
+    """Drops Lightning's "try installing litlogger" tip, printed at the start of every run of the CLI."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in str(record.msg)
+
+
+_NO_ADVERTISEMENT = _NoAdvertisement()
+
+
 def main(argv: list[str] | None = None) -> None:
+    for name in ("lightning.fabric.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

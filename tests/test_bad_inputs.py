@@ -79,6 +79,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "validate bare checkpoint": ([*VALIDATE_GPT2, "--ckpt_path", "{m}/bare.ckpt"],
                                  ["ckpt_path", "was not written by plm_lightning"]),
     "validate random bytes": ([*VALIDATE_GPT2, "--ckpt_path", "{m}/random.ckpt"], ["ckpt_path", "random.ckpt"]),
+    "test a pretraining recipe": (["test", "--config", "{cfg}/gpt2.yaml"], ["holds out no test split", "validate"]),
     "test checkpoint of another recipe": (["test", "--config", "{cfg}/bert.yaml", "--ckpt_path", "{m}/gpt2.ckpt"],
                                           ["MaskedLM", "CausalLM"]),
     # predict (generation)

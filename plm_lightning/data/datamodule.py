@@ -356,7 +356,11 @@ class TextDataModule(L.LightningDataModule):
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> ResumableDataLoader | list:
-        return self.val_dataloader()
+        """None: a pretraining corpus holds out only its validation documents, and ``test`` on them would report
+        the validation scores again under another name."""
+        raise ConfigError(f"test: {type(self).__name__} holds out no test split, only validation documents "
+                          "(data.val_fraction); run `validate` for their scores, or `test` a fine-tuning recipe "
+                          "(configs/finetune/*.yaml), whose tasks have test splits")
 
     def predict_dataloader(self) -> ResumableDataLoader | list:
         return self.val_dataloader()
