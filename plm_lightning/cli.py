@@ -16,14 +16,11 @@ import lightning as L
 from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 
+from plm_lightning.command_index import EXTRA_COMMANDS, answer_without_lightning
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import os_error_line
 from plm_lightning.objectives.base import PretrainingModule
-
-EXTRA_COMMANDS = ("inspect", "export", "import", "world", "probe", "causal-trace", "neurons", "trace-facts",
-                  "edit", "sweep", "arena", "prepare", "pack", "optimize", "acceptability",
-                  "prompt")
 
 
 def default_config_files() -> list[str]:
@@ -385,8 +382,12 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    answered = answer_without_lightning(argv)
+    if answered is not None:
+        sys.exit(answered)
     try:
-        generating = argv[:1] == ["predict"] and len(argv) > 1 and not argv[1].startswith("-")
+        generating = argv[:1] == ["predict"] and len(argv) > 1 and (not argv[1].startswith("-")
+                                                                    or argv[1:] in (["-h"], ["--help"]))
         if argv and (argv[0] in EXTRA_COMMANDS or generating):  # `predict --config ...` stays LightningCLI's
             from plm_lightning import commands
 

@@ -128,7 +128,9 @@ def _inspect_pictures(args: argparse.Namespace, overrides: list[str]) -> None:
 
 def run_predict(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning predict",
-                           description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).")
+                           description="Generate from a file of prompts: continue them (GPT-2) or fill their sentinels (T5).",
+                           epilog="Lightning's own batch prediction over a recipe's data stays available as "
+                                  "`predict --config configs/<recipe>.yaml --ckpt_path CKPT`.")
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
     parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line (- reads standard input)")
     parser.add_argument("--strategy", default="greedy", help="greedy, sample or beam")

@@ -334,3 +334,25 @@ def test_the_run_writes_where_default_root_dir_says(tmp_path):
     res = run_cli(common, cwd=tmp_path)
     assert res.returncode == 0 and "this run writes to runs/gpt2/version_0" in res.stderr, res.stderr[-2000:]
     assert (tmp_path / "runs" / "gpt2" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_help_lists_every_command_and_a_typo_gets_the_nearest(tmp_path):
+    """``--help`` lists every command the CLI dispatches (without loading Lightning), a mistyped command is one line
+    naming the nearest, and ``predict --help`` shows the generation options."""
+    import subprocess
+    import sys
+
+    from plm_lightning import commands
+    from plm_lightning.command_index import EXTRA_COMMANDS, TRAINING_COMMANDS
+
+    assert all(hasattr(commands, f"run_{name.replace('-', '_')}") for name in EXTRA_COMMANDS)
+    probe = ("import sys, runpy; sys.argv = ['plm_lightning', '--help']\ntry:\n"
+             "    runpy.run_module('plm_lightning', run_name='__main__')\nexcept SystemExit as e:\n"
+             "    assert e.code == 0, e.code\nassert 'lightning' not in sys.modules and 'torch' not in sys.modules\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert all(f"  {name} " in res.stdout for name in [*TRAINING_COMMANDS, *EXTRA_COMMANDS])
+    res = run_cli(["inpsect", "--config", "x.yaml"], cwd=tmp_path)
+    _one_line_error(res, "unknown command 'inpsect'", "did you mean 'inspect'")
+    res = run_cli(["predict", "--help"], cwd=tmp_path)
+    assert res.returncode == 0 and "--max_new_tokens" in res.stdout and "--ckpt_path" in res.stdout, res.stdout
