@@ -196,18 +196,21 @@ def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa
 def run_sweep(argv: list[str]) -> None:
     parser = CommandParser(prog="plm_lightning sweep",
                            description="Run a W&B sweep spec with no W&B server: suggestions and hyperband from W&B's "
-                                       "open-source sweeps engine, each trial a subprocess; re-run to continue.")
+                                       "open-source sweeps engine, each trial a subprocess; re-run to continue.",
+                           epilog="Any further --key value arguments are added to every trial's command, e.g. "
+                                  "`sweep sweeps/gpt2.yaml --count 4 --trainer.max_steps 50` for a quick sweep "
+                                  "(not a key the spec sweeps).")
     parser.add_argument("spec", help="a W&B sweep YAML (sweeps/*.yaml)")
     parser.add_argument("--count", type=int, required=True, help="trials in the whole sweep (earlier ones count)")
     parser.add_argument("--parallel", type=int, default=1, help="trials at a time")
     parser.add_argument("--dir", default=None, help="where the sweep's state, trials and results go "
                                                     "(default: sweeps_runs/<spec name>)")
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)
     from plm_lightning.sweeping import SweepController, best_trial, load_spec, write_report
 
     spec = load_spec(args.spec)
     directory = Path(args.dir or Path("sweeps_runs") / Path(args.spec).stem)
-    controller = SweepController(spec, directory, args.parallel)
+    controller = SweepController(spec, directory, args.parallel, overrides=overrides)
     try:
         trials = controller.run(args.count)
     except KeyboardInterrupt:

@@ -14,8 +14,9 @@ from tests.conftest import ROOT, run_cli
 
 pytest.importorskip("sweeps")
 
-QUICK = ["--trainer.max_steps=8", "--trainer.val_check_interval=4", "--trainer.limit_val_batches=2",
-         "--data.batch_size=8", "--data.seq_len=32"]
+QUICK = ["--trainer.val_check_interval=4", "--trainer.limit_val_batches=2", "--data.batch_size=8", "--data.seq_len=32"]
+STEPS = ["--trainer.max_steps", "8"]
+"""Given as the sweep's overrides (added to every trial), not in the spec."""
 
 
 def _spec(tmp_path: Path, **changes) -> Path:
@@ -42,27 +43,42 @@ def test_specs_are_checked_and_commands_expanded(tmp_path) -> None:
         assert load_spec(shipped)["command"]
 
 
+def test_overrides_are_key_value_pairs_of_keys_the_spec_does_not_sweep(tmp_path) -> None:
+    from plm_lightning.sweeping.controller import check_overrides
+
+    spec = load_spec(_spec(tmp_path))
+    assert check_overrides(spec, ["--trainer.max_steps", "50", "--data.seq_len=64"]) == [
+        "--trainer.max_steps=50", "--data.seq_len=64"]
+    for bad, words in ((["--model.init_args.learning_rate", "1e-3"], "the spec sweeps"),
+                       (["trainer.max_steps", "5"], "not an override"), (["--trainer.max_steps"], "no value")):
+        with pytest.raises(ConfigError, match=words):
+            check_overrides(spec, bad)
+
+
 @pytest.mark.slow
 def test_sweep_is_interrupted_continued_and_finds_the_best_trial(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = load_spec(_spec(tmp_path))
     directory = tmp_path / "sweep"
-    SweepController(spec, directory).run(count=2)
+    SweepController(spec, directory, overrides=STEPS).run(count=2)
 
     def interrupt(message: str) -> None:  # Ctrl-C as soon as the third trial starts
         if message.startswith("trial-002: started"):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        SweepController(spec, directory, poll_seconds=0.2, log=interrupt).run(count=3)
+        SweepController(spec, directory, poll_seconds=0.2, log=interrupt, overrides=STEPS).run(count=3)
     saved = json.loads((directory / "sweep.json").read_text())
     assert [t["state"] for t in saved["trials"]] == ["finished", "finished", "pending"]
+    assert saved["overrides"] == ["--trainer.max_steps=8"]
+    with pytest.raises(ConfigError, match="with the overrides --trainer.max_steps=8"):
+        SweepController(spec, directory)
     started: list[str] = []
-    trials = SweepController(spec, directory, log=started.append).run(count=3)
+    trials = SweepController(spec, directory, log=started.append, overrides=STEPS).run(count=3)
     assert [m.split(":")[0] for m in started if "started" in m] == ["trial-002"]  # only the interrupted one reruns
     assert [t.state for t in trials] == ["finished"] * 3
     assert sorted(t.params["model.init_args.learning_rate"] for t in trials) == [1e-4, 1e-3, 3e-3]
-    res = run_cli(["sweep", str(_spec(tmp_path)), "--count", "3", "--dir", str(directory)], cwd=tmp_path)
+    res = run_cli(["sweep", str(_spec(tmp_path)), "--count", "3", "--dir", str(directory), *STEPS], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     losses = {t.name: t.summary("val/loss") for t in trials}
     best = min(losses, key=losses.get)

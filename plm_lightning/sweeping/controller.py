@@ -98,6 +98,28 @@ def trial_command(spec: dict, params: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_overrides(spec: dict, overrides: list[str]) -> list[str]:
+    """``overrides`` as ``--key=value`` arguments, or a ConfigError: each must be a ``--key value`` pair (or
+    ``--key=value``), and no key the spec sweeps (the trial's value would be overridden without a word)."""
+    out, i = [], 0
+    while i < len(overrides):
+        arg = overrides[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"sweep: {arg!r} is not an override; give --key value (e.g. --trainer.max_steps 50)")
+        if "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(overrides):
+            key, value = arg[2:], overrides[i + 1]
+            i += 2
+        else:
+            raise ConfigError(f"sweep: the override {arg} has no value")
+        if key in spec.get("parameters", {}):
+            raise ConfigError(f"sweep: --{key} is a parameter the spec sweeps; it cannot also be overridden")
+        out.append(f"--{key}={value}")
+    return out
+
+
 @dataclass
 class Trial:
     name: str
@@ -116,10 +138,13 @@ class SweepController:
     """Runs ``count`` trials of ``spec``, ``parallel`` at a time, keeping its state in ``directory``."""
 
     def __init__(self, spec: dict, directory: str | Path, parallel: int = 1, poll_seconds: float = 1.0,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, overrides: list[str] | None = None) -> None:
+        """``overrides``: ``--key value`` / ``--key=value`` arguments added to every trial's command (and the checks),
+        e.g. ``--trainer.max_steps 50`` for a quick sweep; a key the spec sweeps is refused."""
         if parallel < 1:
             raise ConfigError(f"sweep: --parallel={parallel} must be >= 1")
         self.spec, self.dir, self.parallel, self.poll, self.log = spec, Path(directory), parallel, poll_seconds, log
+        self.overrides = check_overrides(spec, overrides or [])
         self.metric = spec["metric"]["name"]
         self.state_file = self.dir / "sweep.json"
         self.trials: list[Trial] = []
@@ -129,6 +154,9 @@ class SweepController:
             saved = json.loads(self.state_file.read_text(encoding="utf-8"))
             if saved["spec"] != json.loads(json.dumps(spec)):
                 raise ConfigError(f"sweep: '{self.dir}' holds a sweep of another spec; use another --dir")
+            if saved.get("overrides", []) != self.overrides:
+                raise ConfigError(f"sweep: '{self.dir}' holds this sweep with the overrides "
+                                  f"{' '.join(saved.get('overrides', [])) or '(none)'}; give the same, or another --dir")
             self.trials = [Trial(**t) for t in saved["trials"]]
             self.checked = saved.get("checked", False)
             for trial in self.trials:  # interrupted trials run again, from their last checkpoint
@@ -139,7 +167,7 @@ class SweepController:
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_name("sweep.json.tmp")
-        payload = {"spec": self.spec, "checked": self.checked,
+        payload = {"spec": self.spec, "overrides": self.overrides, "checked": self.checked,
                    "trials": [{"name": t.name, "params": t.params, "state": t.state, "history": t.history,
                                "exitcode": t.exitcode} for t in self.trials]}
         tmp.write_text(json.dumps(payload, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)),
@@ -176,7 +204,8 @@ class SweepController:
         probe = self._suggest()
         if probe is None:
             raise ConfigError("sweep: the spec suggests no trial (an empty grid?)")
-        command = trial_command(self.spec, probe.params)
+        command = [*trial_command(self.spec, probe.params), *self.overrides]
+        self.log("checking the spec: the recipe's parameters (--print_config with the first suggestion) ...")
         result = subprocess.run([*command, "--print_config"], capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise ConfigError(f"sweep: the recipe refuses the spec's parameters: {last_line(result.stderr)}")
@@ -186,6 +215,7 @@ class SweepController:
         quick = ["--trainer.max_steps=2", "--trainer.val_check_interval=1", "--trainer.limit_val_batches=1",
                  "--trainer.log_every_n_steps=1",
                  f"--trainer.default_root_dir={scratch}", f"--trainer.logger.init_args.save_dir={scratch}"]
+        self.log(f"checking the spec: a 2-step run logs {self.metric} ...")
         result = subprocess.run([*command, *quick], capture_output=True, text=True, timeout=900,
                                 env=self._env(metrics))
         if result.returncode != 0:
@@ -211,7 +241,7 @@ class SweepController:
     def _launch(self, trial: Trial) -> None:
         where = self._trial_dir(trial)
         where.mkdir(parents=True, exist_ok=True)
-        command = [*trial_command(self.spec, trial.params), f"--trainer.default_root_dir={where}",
+        command = [*trial_command(self.spec, trial.params), *self.overrides, f"--trainer.default_root_dir={where}",
                    f"--trainer.logger.init_args.save_dir={where}"]
         last = sorted(where.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
         if last:
