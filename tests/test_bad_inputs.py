@@ -69,7 +69,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "fit empty config": ([*FIT_GPT2, "--config", "{m}/empty.yaml"], ["empty.yaml", "is empty"]),
     "fit missing config": (["fit", "--config", "{m}/nowhere.yaml"], ["nowhere.yaml"]),
     "fit progress bar off": ([*FIT_BERT, "--trainer.enable_progress_bar", "false"],
-                             ["enable_progress_bar=False", "RichProgressBar"]),
+                             ["enable_progress_bar=False", "ProgressBar"]),
     "fit resume of another recipe": ([*FIT_BERT, "--ckpt_path", "{m}/gpt2.ckpt"], ["MaskedLM", "CausalLM"]),
     # validate / test: checkpoints
     "validate missing checkpoint": ([*VALIDATE_GPT2, "--ckpt_path", "{m}/nowhere.ckpt"], ["nowhere.ckpt"]),

@@ -44,7 +44,8 @@ def test_text_file_and_tensorboard_get_corruption_and_generation_rows(tmp_path, 
         corruption = [b for b in blocks if "corruption" in b["header"]]
         generation = [b for b in blocks if "generation" in b["header"]]
         for row in corruption:
-            assert len(row["targets"].split()) == len(row["predictions"].split()) > 0
+            assert len(row["targets"].split("·")) == len(row["predictions"].split("·")) > 0  # one piece a token
+            assert "Ġ" not in row["targets"] + row["predictions"]  # decoded, not byte-level symbols
         if recipe == "t5":  # sentinels in the input, sentinel + span pairs as targets, the encoder input as prompt
             assert all("<extra_id_0>" in r["input"] and r["targets"].startswith("<extra_id_0>") for r in corruption)
             assert all("<extra_id_0>" in r["prompt"] and r["reference"].startswith("<extra_id_0>") for r in generation)
@@ -75,3 +76,18 @@ def test_wandb_offline_run_holds_the_tables(tmp_path, monkeypatch) -> None:
     table = json.loads(tables[0].read_text())
     assert table["columns"] == ["step", "row", "input", "targets", "predictions"] and len(table["data"]) == 3
     assert all("[MASK]" in row[2] and row[3] for row in table["data"])
+
+
+def test_progress_bar_says_epoch_without_a_negative_total_or_a_version() -> None:
+    """A step-budgeted run (max_epochs -1) shows "Epoch 3", not "Epoch 3/-2"; the logger version (v_num) is dropped."""
+    from types import SimpleNamespace
+
+    from plm_lightning.callbacks import ProgressBar
+
+    bar = ProgressBar()
+    bar._trainer = SimpleNamespace(max_epochs=-1)
+    assert bar._get_train_description(3).strip() == "Epoch 3"
+    bar._trainer = SimpleNamespace(max_epochs=5)
+    assert bar._get_train_description(3).strip() == "Epoch 3/4"
+    trainer = SimpleNamespace(loggers=[SimpleNamespace(version=0)], progress_bar_metrics={"train/loss": 1.0})
+    assert "v_num" not in bar.get_metrics(trainer, None)

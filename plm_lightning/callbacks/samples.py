@@ -86,14 +86,20 @@ class TrainingSamples(L.Callback):
         text = tok.decode([int(t) for t in ids], skip_special_tokens=False)
         return text if len(text) <= self.max_chars else text[: self.max_chars] + " ..."
 
+    def _pieces(self, tok: Any, ids: Tensor) -> str:
+        """Each token as the text it decodes to (not the byte-level symbols ``Ġ``/``Ċ``), ``·`` between tokens and
+        a newline as ``\\n``, so that both the words and the token boundaries show."""
+        pieces = (tok.decode([int(t)], skip_special_tokens=False).replace("\n", "\\n") for t in ids)
+        return "·".join(pieces)[: self.max_chars]
+
     @torch.no_grad()
     def _corruption_rows(self, pl_module: L.LightningModule, tok: Any, step: int) -> list[list[Any]]:
         rows = []
         for i, row in enumerate(self._rows()):
             out = pl_module(**row)
             real = row["input_ids"][0][row["attention_mask"][0].bool()]
-            show = lambda ids: " ".join(tok.id_to_token(int(t)) for t in ids)[: self.max_chars]  # noqa: E731
-            rows.append([step, i, self._text(tok, real), show(out["lm_targets"]), show(out["lm_predictions"])])
+            rows.append([step, i, self._text(tok, real), self._pieces(tok, out["lm_targets"]),
+                         self._pieces(tok, out["lm_predictions"])])
         return rows
 
     @torch.no_grad()
