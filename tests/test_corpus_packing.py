@@ -4,6 +4,7 @@ fingerprints, bounded memory, and equality with the in-memory packer."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import signal
@@ -627,3 +628,36 @@ def test_a_one_line_50mb_file_prepares_under_2gb(tmp_path, tokenizers) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     warned, rows = map(int, res.stdout.split()[-2:])
     assert warned >= 1 and rows > 50 * (1 << 20) // 8 // 128  # every piece packed: ~6 bytes a token here
+
+
+def test_bounded_words_keep_every_character_in_runs_of_at_most_100():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from plm_lightning.data.tokenizer import MAX_TRAINING_WORD, bounded_words
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(alphabet=st.sampled_from("ab \n\0é"), max_size=600))
+    def check(text: str) -> None:
+        out = bounded_words(text)
+        assert "".join(out.split()) == "".join(text.split())
+        assert all(len(word) <= MAX_TRAINING_WORD for word in out.split())
+        assert out == text or any(len(word) > MAX_TRAINING_WORD for word in text.split())
+
+    check()
+
+
+@pytest.mark.timeout(300)
+def test_a_tokenizer_trains_on_text_followed_by_a_run_of_zeros(tmp_path) -> None:
+    """8 KB of text, then 2 MB of NUL bytes (issue 37: such a file stopped the run): the reader cuts the run into
+    1M-character documents and the BPE trainer, which took minutes on one such word (quadratic), sees it in pieces."""
+    from plm_lightning.data import CausalLMDataModule
+    from plm_lightning.data.sources import embedded_corpus
+
+    path = tmp_path / "zeros.txt"
+    path.write_bytes("\n".join(itertools.islice(embedded_corpus(), 20)).encode()[:8192] + b"\0" * (2 << 20))
+    data = CausalLMDataModule(source=str(path), tokenizer="gpt2", tokenizer_vocab_size=600,
+                              cache_dir=str(tmp_path / "cache"))
+    with pytest.warns(UserWarning, match="cut into documents"):
+        tok = data.tokenizer
+    assert tok.vocab_size == 600 and max(map(len, tok.tokenizer.get_vocab())) <= 101  # a piece and its space
