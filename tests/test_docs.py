@@ -4,6 +4,7 @@ statistics are still what ``inspect --json`` measures; the index links every pag
 import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,16 @@ def test_getting_started_code_runs() -> None:
     assert len(blocks) == 4
     for i, code in enumerate(blocks):
         exec(compile(code, f"getting-started block {i + 1}", "exec"), {})  # noqa: S102 - our own documentation
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves() -> None:
+    """The README points into docs/ for everything past the Quickstart: no page or anchor file it names is missing,
+    and every docs page is reachable from the README or the docs index."""
+    pages = [ROOT / "README.md", *DOCS.glob("*.md"), *(DOCS / "objectives").glob("*.md")]
+    broken = [(page.name, target) for page in pages
+              for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+              if not target.startswith(("http", "mailto:")) and not (page.parent / target).exists()]
+    assert not broken
+    linked = re.findall(r"\]\(docs/([^)#\s]+)", (ROOT / "README.md").read_text())
+    linked += re.findall(r"\]\(([^)#\s]+)", (DOCS / "README.md").read_text())
+    assert {p.name for p in DOCS.glob("*.md")} - {"README.md"} <= {Path(t).name for t in linked}
