@@ -19,7 +19,7 @@ import numpy as np
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.parallel import ParallelDataModule
 from plm_lightning.data.static import WordEmbeddingDataModule, windows
-from plm_lightning.inspection.picture import ObjectivePicture, encoder_decoder_picture
+from plm_lightning.inspection.picture_parts import ObjectivePicture, encoder_decoder_picture
 
 
 def word_level_picture(datamodule: WordEmbeddingDataModule | ParallelDataModule, model: Any, width: int,

@@ -15,14 +15,20 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from plm_lightning.errors import ConfigError
 
-if TYPE_CHECKING:
-    from plm_lightning.knowledge.world import World
+
+class FactSource(Protocol):
+    """What a knowledge graph is built from (``knowledge.world.World`` is one): facts naming a subject, a relation id
+    and an object, the relations by id, and aliases of the subjects."""
+
+    relations: Any
+    facts: Any
+    aliases: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def load_graph(triples_file: str | Path, aliases_file: str | Path | None = None,
     return KnowledgeGraph.from_triples(triples, aliases)  # type: ignore[arg-type]
 
 
-def graph_from_world(world: World) -> KnowledgeGraph:
+def graph_from_world(world: FactSource) -> KnowledgeGraph:
     """The world's facts as (subject, relation name, object) triples; each alias (``the Crimson Mason``) names its
     subject without the article, as it appears at the start of a sentence too."""
     relations = world.relations
