@@ -33,7 +33,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "fit mask_prob": ([*FIT_BERT, "--data.mask_prob", "1.5"], ["data.mask_prob"]),
     "fit replace probs": ([*FIT_BERT, "--data.mask_replace_prob", "0.9", "--data.random_replace_prob", "0.2"],
                           ["data.mask_replace_prob", "<= 1"]),
-    "fit seq_len past positions": ([*FIT_BERT, "--data.seq_len", "512"], ["data.seq_len=512", "256 positions"]),
+    "fit seq_len past positions": ([*FIT_GPT2, "--data.seq_len", "4096"], ["data.seq_len=4096", "256 positions"]),
     "fit vocab smaller than tokenizer": ([*FIT_BERT, "--model.vocab_size", "100"],
                                          ["model.vocab_size=100", "8192 tokens"]),
     "fit tokenizer without specials": ([*FIT_BERT, "--data.tokenizer", "{m}/wordlevel/tokenizer.json"],

@@ -270,7 +270,7 @@ def test_predict_frames_bart_prompts_and_starts_from_eos(monkeypatch, tmp_path):
     monkeypatch.setattr(prediction, "load_generator", lambda path: (model, tok))
     seen = {}
 
-    def fake_generate(model, ids, mask, config, eos, start):
+    def fake_generate(model, ids, mask, config, eos, start, generator=None):
         seen.update(ids=ids[0].tolist(), eos=eos, start=start)
         return [[tok.ids["bos"], 300, 301, eos]]
 

@@ -92,7 +92,7 @@ def test_predict_builds_the_psm_prompt(tok, monkeypatch, tmp_path):
     seen = {}
     middle = tok.encode_batch(["a + b"])[0]
 
-    def fake_generate(model, ids, mask, config, eos, start=None):
+    def fake_generate(model, ids, mask, config, eos, start=None, generator=None):
         seen["ids"] = ids[0].tolist()
         return [[*middle, eos]]
 
