@@ -134,14 +134,20 @@ def run_predict(argv: list[str]) -> None:
     parser.add_argument("checkpoint", help="a CausalLM or Seq2SeqLM checkpoint of ours, or a transformers directory")
     parser.add_argument("prompts", help="a UTF-8 text file, one prompt per line (- reads standard input)")
     parser.add_argument("--strategy", default="greedy", help="greedy, sample or beam")
-    parser.add_argument("--max_new_tokens", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_k", type=int, default=0, help="sample among the k most probable tokens (0 = all)")
-    parser.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
-    parser.add_argument("--num_beams", type=int, default=4)
-    parser.add_argument("--length_penalty", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--no_cache", action="store_true", help="recompute every step (the cache's reference)")
+    # hyphenated like every other command's options; the underscore spellings of earlier releases still work
+    parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=32,
+                        help="tokens to generate at most")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--top-k", "--top_k", dest="top_k", type=int, default=0,
+                        help="sample among the k most probable tokens (0 = all)")
+    parser.add_argument("--top-p", "--top_p", dest="top_p", type=float, default=1.0,
+                        help="nucleus sampling mass (1 = all)")
+    parser.add_argument("--num-beams", "--num_beams", dest="num_beams", type=int, default=4, help="beam search width")
+    parser.add_argument("--length-penalty", "--length_penalty", dest="length_penalty", type=float, default=1.0,
+                        help="beam search: scores divided by length ** this")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: a random one)")
+    parser.add_argument("--no-cache", "--no_cache", dest="no_cache", action="store_true",
+                        help="recompute every step (the cache's reference)")
     parser.add_argument("--json", action="store_true", help="one JSON object per prompt")
     parser.add_argument("--neighbours", type=int, default=10, help="static embeddings: answers per query")
     args = parser.parse_args(argv)

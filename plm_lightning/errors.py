@@ -10,7 +10,12 @@ class ConfigError(ValueError):
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse for the CLI's extra subcommands: a usage error is a one-line ``ConfigError`` (exit 2)."""
+    """argparse for the CLI's extra subcommands: a usage error is a one-line ``ConfigError`` (exit 2); ``--help``
+    shows each option's default."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         raise ConfigError(f"{self.prog}: {message}")

@@ -40,9 +40,10 @@ class GenerationConfig:
         if self.strategy not in ("greedy", "sample", "beam"):
             raise ConfigError(f"--strategy={self.strategy!r} is not one of greedy, sample, beam")
         if self.max_new_tokens < 1 or self.num_beams < 1 or self.top_k < 0:
-            raise ConfigError("--max_new_tokens and --num_beams must be >= 1 and --top_k >= 0")
+            raise ConfigError(f"--max-new-tokens={self.max_new_tokens} and --num-beams={self.num_beams} must be >= 1 "
+                              f"and --top-k={self.top_k} >= 0")
         if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0:
-            raise ConfigError(f"--top_p={self.top_p} must lie in (0, 1] and --temperature={self.temperature} be > 0")
+            raise ConfigError(f"--top-p={self.top_p} must lie in (0, 1] and --temperature={self.temperature} be > 0")
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:

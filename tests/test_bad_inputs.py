@@ -86,9 +86,9 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "predict missing prompts": (["predict", "{m}/gpt2.ckpt", "{m}/none.txt"], ["no such prompts file"]),
     "predict latin-1 prompts": (["predict", "{m}/gpt2.ckpt", "{m}/latin1.txt"], ["latin1.txt", "UTF-8"]),
     "predict prompts a directory": (["predict", "{m}/gpt2.ckpt", "{m}"], ["is a directory"]),
-    "predict top_p": ([*PROMPTS, "--top_p", "0"], ["--top_p=0.0"]),
+    "predict top_p": ([*PROMPTS, "--top-p", "0"], ["--top-p=0.0"]),
     "predict strategy": ([*PROMPTS, "--strategy", "nucleus"], ["--strategy", "nucleus"]),
-    "predict beams": ([*PROMPTS, "--num_beams", "0"], ["--num_beams"]),
+    "predict beams": ([*PROMPTS, "--num_beams", "0"], ["--num-beams=0"]),  # the old spelling still parses
     "predict temperature": ([*PROMPTS, "--strategy", "sample", "--temperature", "-1"], ["--temperature"]),
     "predict masked lm": (["predict", "{m}/bert.ckpt", "{m}/prompts.txt"], ["holds a MaskedLM checkpoint"]),
     "predict random bytes": (["predict", "{m}/random.ckpt", "{m}/prompts.txt"], ["random.ckpt"]),

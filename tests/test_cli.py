@@ -291,7 +291,7 @@ def test_predict_fills_t5_sentinels(tmp_path):
     beam = run_cli(["predict", str(t5), str(prompts), "--strategy", "beam", "--num_beams", "3"], cwd=tmp_path)
     assert beam.returncode == 0 and len(beam.stdout.strip().splitlines()) == 2, beam.stderr[-2000:]
     _one_line_error(run_cli(["predict", str(t5), str(tmp_path / "none.txt")], cwd=tmp_path), "no such prompts file")
-    _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top_p=0.0")
+    _one_line_error(run_cli(["predict", str(t5), str(prompts), "--top_p", "0"], cwd=tmp_path), "--top-p=0.0")
 
 
 def test_predict_continues_gpt2_and_fills_the_middle(tmp_path):
