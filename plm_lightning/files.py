@@ -58,8 +58,8 @@ def read_user_text(path: str | os.PathLike, what: str) -> str:
 
 
 def writable_path(path: str | os.PathLike, what: str) -> Path:
-    """``path``, checked before any work is done: no existing part of it above the last is a file, and it is not
-    itself a directory where a file is asked for (``what``: the option, e.g. ``--png``); else a ConfigError."""
+    """``path``, checked before any work is done: no existing directory above it is in fact a file (``what``: the
+    option, e.g. ``--png``); else a ConfigError."""
     out = Path(path)
     for parent in out.parents:
         if parent.exists():

@@ -69,7 +69,11 @@ def predict_file(checkpoint: str, prompts_file: str, config: GenerationConfig) -
     eos, start = decoding_ids(model, tok)
     framed = encoder_decoder and getattr(model, "decoder_start_token", "pad") == "eos" and "bos" in tok.ids  # BART
     # one stream of draws for the file: each prompt samples its own, and the file is reproducible from --seed
-    generator = torch.Generator().manual_seed(config.seed if config.seed is not None else torch.seed())
+    generator = torch.Generator()  # its own seed when none is given: the global generator is left alone
+    if config.seed is not None:
+        generator.manual_seed(config.seed)
+    else:
+        generator.seed()
     results = []
     for prompt in prompts:
         if not encoder_decoder and FIM_HOLE in prompt and "fim_prefix" in tok.ids:

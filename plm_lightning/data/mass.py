@@ -50,7 +50,8 @@ class MASSCollator:
                  "fragment_start": torch.tensor([r[3] for r in rows])}
         if self.hide_masks_from_decoder:
             seen = real & (enc != self.mask_id)
-            seen[~seen.any(axis=1)] = real[~seen.any(axis=1)]
+            whole = ~seen.any(axis=1)
+            seen[whole] = real[whole]
             batch["cross_attention_mask"] = torch.from_numpy(seen)
         return batch
 

@@ -12,9 +12,10 @@ from plm_lightning.errors import CommandParser, ConfigError
 from plm_lightning.files import read_user_text
 
 
-def _read_jsonl(path: str, what: str) -> list[dict]:
+def _read_jsonl(path: str, what: str, text: str | None = None) -> list[dict]:
+    """The JSON objects of the JSON-lines file ``path`` (its ``text`` when already read)."""
     rows = []
-    for n, line in enumerate(read_user_text(path, what).splitlines(), 1):
+    for n, line in enumerate((read_user_text(path, what) if text is None else text).splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))

@@ -131,7 +131,7 @@ def run_edit(argv: list[str]) -> None:
             except json.JSONDecodeError as err:
                 raise ConfigError(f"--requests: '{args.requests}' is not JSON ({err.msg}, line {err.lineno})") from err
         else:
-            cases = _read_jsonl(args.requests, "--requests")
+            cases = _read_jsonl(args.requests, "--requests", text)
         cases = cases[: args.count]
     if args.corpus:
         from plm_lightning.data.sources import load_documents
