@@ -1,18 +1,24 @@
 """Training throughput, MFU and peak memory on one CUDA GPU under bf16 autocast: our MLM, CLM, T5 and BART against
 the transformers model of the same config, side by side in one run (interleaved steps, fused AdamW on both sides).
 
-    python -m benchmarks.gpu_throughput [--repeats 10] [--only mlm clm t5 bart] [--compile] [--unfused-ce] [--profile]
+    python -m benchmarks.gpu_throughput [--repeats 10] [--only mlm clm t5 bart] [--variants eager model_unfused ...]
+                                        [--kernels] [--profile]
 
-Ours runs with each attention kernel this machine has (``sdpa``; ``xformers`` when importable) and, with
-``--compile``, with ``torch.compile`` of each block as well. MFU is the model FLOPs of a step (the objective's own
-count: sparse MLM head, T5's encoder + decoder) over the step's time, against two peaks: the vendor's dense bf16
-figure for the GPU (989.5 TFLOP/s for the H100/H200 SXM) and the best bf16 8192^3 matmul measured in the same run.
+Each of ours is built once per ``--variants`` entry (``VARIANTS``: eager, the vocabulary unpadded, the plain head
+and cross-entropy, compiled blocks, the whole loss compiled in each ``compile_mode``, xformers where its kernels run).
+Each variant's first step (compilation included) is reported apart from the steady-state steps. MFU is the model
+FLOPs of a step (the objective's own count: sparse MLM head, T5's encoder + decoder) over the step's time, against
+two peaks: the vendor's dense bf16 figure (989.5 TFLOP/s for the H100/H200 SXM) and the best bf16 8192^3 matmul
+measured in the same run. ``--kernels`` adds, per model, the CUDA kernels of one step that took the most time and
+every attention kernel that ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import time
 
 import torch
 
@@ -23,6 +29,20 @@ from plm_lightning.objectives import CausalLM, MaskedLM, Seq2SeqLM
 
 DEVICE = "cuda"
 VENDOR_PEAK_BF16 = {"H100": 989.5e12, "H200": 989.5e12, "A100": 312e12}
+UNFUSED = {"fused_cross_entropy": False}
+VARIANTS: dict[str, dict] = {
+    "eager": {},
+    "eager_nopad": {"pad_vocab_multiple": 1},
+    "eager_unfused": UNFUSED,
+    "blocks": {"compile": "blocks"},
+    "model": {"compile": "model"},
+    "model_unfused": {"compile": "model", **UNFUSED},
+    "model_unfused_ro": {"compile": "model", "compile_mode": "reduce-overhead", **UNFUSED},
+    "model_unfused_mat": {"compile": "model", "compile_mode": "max-autotune-no-cudagraphs", **UNFUSED},
+    "xformers": {"backbone_overrides": {"attention_backend": "xformers"}},
+}
+"""Our model's settings per variant (on top of ``attention_backend: sdpa``, fused cross-entropy and the default
+vocabulary padding, 128 on CUDA)."""
 
 
 def vendor_peak(name: str) -> float | None:
@@ -34,6 +54,7 @@ def cuda_step(model: torch.nn.Module, loss_fn) -> callable:  # noqa: ANN001
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 
     def step() -> None:
+        torch.compiler.cudagraph_mark_step_begin()  # reduce-overhead: a new step may overwrite the last one's outputs
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = loss_fn()
@@ -52,29 +73,40 @@ def peak_memory_gib(step) -> float:  # noqa: ANN001
     return round((torch.cuda.max_memory_allocated() - base) / 2**30, 2)
 
 
-OPTIONS = argparse.Namespace(compile=False, unfused_ce=False, profile=False)
+OPTIONS = argparse.Namespace(variants=["eager"], kernels=False, profile=False)
 
 
 def ours_variants(cls: type, **kwargs) -> dict[str, torch.nn.Module]:  # noqa: ANN003
-    """``cls(**kwargs)`` on the device with every attention kernel available here; compiled, and with the plain
-    (unfused) LM head and cross-entropy, when ``--compile`` / ``--unfused-ce`` ask."""
+    """``cls(**kwargs)`` on the device once per requested variant (xformers only where its kernels run)."""
     from plm_lightning.nn.attention import xformers_unusable_reason
 
-    def build(backend: str, compiled: bool, fused_ce: bool) -> torch.nn.Module:
-        m = cls(**kwargs, compile=compiled, fused_cross_entropy=fused_ce,
-                backbone_overrides={"attention_backend": backend}).to(DEVICE).train()
-        m.configure_model()
-        return m
-
-    backends = ["sdpa"] + ([] if xformers_unusable_reason() else ["xformers"])
     out = {}
-    for backend in backends:
-        out[f"ours_{backend}"] = build(backend, False, True)
-        if OPTIONS.compile:
-            out[f"ours_{backend}_compiled"] = build(backend, True, True)
-    if OPTIONS.unfused_ce:
-        out["ours_sdpa_unfused_ce"] = build("sdpa", False, False)
+    for name in OPTIONS.variants:
+        if name == "xformers" and xformers_unusable_reason():
+            print(json.dumps({"variant": name, "skipped": xformers_unusable_reason()}), flush=True)
+            continue
+        settings = {**kwargs, **VARIANTS[name]}
+        overrides = {"attention_backend": "sdpa", **settings.pop("backbone_overrides", {})}
+        m = cls(**settings, backbone_overrides=overrides).to(DEVICE).train()
+        m.configure_model()
+        out[f"ours_{name}"] = m
     return out
+
+
+def kernels(step, rows: int = 6) -> dict:  # noqa: ANN001
+    """The CUDA kernels of one step: the ``rows`` that took the most time, and every attention kernel."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+    events = [e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    total = sum(e.self_device_time_total for e in events) or 1
+    attention = sorted({e.key[:90] for e in events
+                        if any(w in e.key.lower() for w in ("flash", "fmha", "attention", "cudnn", "efficient"))})
+    return {"top": [[e.key[:90], round(e.self_device_time_total / total, 3)] for e in events[:rows]],
+            "attention": attention}
 
 
 def profile(steps: dict, rows: int = 12) -> None:
@@ -93,19 +125,29 @@ def compare(name: str, ours: dict, ours_loss, hf: torch.nn.Module, hf_loss, toke
             repeats: int) -> dict:
     steps = {k: cuda_step(m, (lambda m=m: ours_loss(m))) for k, m in ours.items()}
     steps["hf"] = cuda_step(hf, lambda: hf_loss(hf))
+    first_step, failed = {}, {}
+    for k, step in list(steps.items()):  # the first step compiles: timed apart; a variant that fails is reported
+        t0 = time.perf_counter()
+        try:
+            step()
+        except Exception as error:  # noqa: BLE001 - one variant's failure must not lose the others' figures
+            failed[k] = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            del steps[k]
+            continue
+        first_step[k] = round(time.perf_counter() - t0, 2)
     memory = {k: peak_memory_gib(s) for k, s in steps.items()}
     if OPTIONS.profile:
         profile(steps)
-    t = interleaved_timing(steps, warmup=3, repeats=repeats)
-    first = next(iter(steps))
+    t = interleaved_timing(steps, warmup=2, repeats=repeats)
     out = {"benchmark": name, "gpu": torch.cuda.get_device_name(), "tokens_per_step": tokens,
-           "model_tflop_per_step": round(model_flops / 1e12, 3)}
+           "model_tflop_per_step": round(model_flops / 1e12, 3), **({"failed": failed} if failed else {})}
     for k in steps:
         med = t[k]["median"]
-        out[k] = {"s_per_step": round(med, 4), "tokens_per_s": round(tokens / med),
+        out[k] = {"s_per_step": round(med, 4), "first_step_s": first_step[k], "tokens_per_s": round(tokens / med),
                   "model_tflop_per_s": round(model_flops / med / 1e12, 1), "peak_memory_GiB": memory[k],
                   "speedup_over_hf": round(t["hf"]["median"] / med, 3)}
-    out["speedup_of_" + first + "_over_hf_median_of_rounds"] = round(t["hf"]["ratio_to_first"], 3)
+        if OPTIONS.kernels:
+            out[k]["kernels"] = kernels(steps[k])
     return out
 
 
@@ -187,11 +229,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--only", nargs="*", choices=["mlm", "clm", "t5", "bart"], default=["mlm", "clm", "t5", "bart"])
-    parser.add_argument("--compile", action="store_true", help="also our model with torch.compile of each block")
-    parser.add_argument("--unfused-ce", action="store_true", help="also our model with the plain LM head + cross-entropy")
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=["eager", "blocks"],
+                        help="our model's variants (VARIANTS), each timed beside transformers")
+    parser.add_argument("--kernels", action="store_true", help="record the top CUDA kernels and the attention kernels")
     parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step of each model")
     args = parser.parse_args()
-    OPTIONS.compile, OPTIONS.unfused_ce, OPTIONS.profile = args.compile, args.unfused_ce, args.profile
+    OPTIONS.variants, OPTIONS.kernels, OPTIONS.profile = args.variants, args.kernels, args.profile
+    ours = logging.getLogger("plm_lightning")  # which attention kernel runs, logged once per kind of call
+    ours.setLevel(logging.INFO)
+    ours.addHandler(logging.StreamHandler())
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu_throughput needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -202,7 +248,9 @@ def main() -> None:
                       "vendor_bf16_peak_tflops": vendor and vendor / 1e12}), flush=True)
     runs = {"mlm": mlm, "clm": clm, "t5": t5, "bart": bart}
     for key in args.only:
+        t0 = time.perf_counter()
         row = runs[key](args.repeats)
+        row["benchmark_s"] = round(time.perf_counter() - t0, 1)
         for v in row.values():
             if isinstance(v, dict):
                 v["mfu_vs_measured_matmul"] = round(v["model_tflop_per_s"] * 1e12 / measured, 3)

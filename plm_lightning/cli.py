@@ -278,9 +278,20 @@ class _NoAdvertisement(logging.Filter):
 _NO_ADVERTISEMENT = _NoAdvertisement()
 
 
+def show_our_log() -> None:
+    """Our modules' INFO messages (which attention kernel runs, once) on stderr as ``plm_lightning: ...`` lines."""
+    ours = logging.getLogger("plm_lightning")
+    if not ours.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("plm_lightning: %(message)s"))
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> None:
     for name in ("lightning.fabric.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
+    show_our_log()
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     answered = answer_without_lightning(argv)

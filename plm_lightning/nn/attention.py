@@ -53,6 +53,41 @@ def _log_fallback_once(reason: str) -> None:
     logging.getLogger(__name__).warning("attention_backend=auto uses SDPA on CUDA: %s", reason)
 
 
+_KERNELS_LOGGED: set[tuple] = set()
+
+
+def sdpa_kernel_choice(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool
+                       ) -> tuple[str, str]:
+    """The kernel PyTorch's SDPA dispatches this call to on CUDA, in its own order (flash, then memory-efficient,
+    then math; cuDNN's only when asked for first), and why the faster ones were passed over."""
+    cuda = torch.backends.cuda
+    params = cuda.SDPAParams(q, k, v, mask, dropout_p, is_causal, False)
+    if cuda.flash_sdp_enabled() and cuda.can_use_flash_attention(params, False):
+        return "flash", "no mask beyond causal, a head size and dtype flash serves"
+    why = ("a dense mask or bias (flash takes none; xformers' block-diagonal path would avoid it)" if mask is not None
+           else f"dtype {q.dtype} or head size {q.shape[-1]} flash does not serve")
+    if cuda.mem_efficient_sdp_enabled() and cuda.can_use_efficient_attention(params, False):
+        return "memory-efficient", why
+    return "math", why + "; the memory-efficient kernel refused it too"
+
+
+def log_kernel_once(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool) -> None:
+    """Log, once per kind of call (mask or none, causal, dtype, head size, dropout), which CUDA kernel SDPA runs."""
+    if q.device.type != "cuda" or torch.compiler.is_compiling():
+        return
+    key = (mask is None, is_causal, q.dtype, q.shape[-1], dropout_p > 0)
+    if key in _KERNELS_LOGGED:
+        return
+    _KERNELS_LOGGED.add(key)
+    try:
+        kernel, why = sdpa_kernel_choice(q, k, v, mask, dropout_p, is_causal)
+    except (AttributeError, RuntimeError, TypeError) as error:  # an older PyTorch without the probes
+        kernel, why = "chosen by PyTorch", f"the probe failed: {error}"
+    logging.getLogger(__name__).info("attention on CUDA (%s, %s, head size %d): SDPA's %s kernel, because %s",
+                                     "causal" if is_causal else "masked" if mask is not None else "unmasked",
+                                     str(q.dtype).removeprefix("torch."), q.shape[-1], kernel, why)
+
+
 @dataclass
 class KVCache:
     """One attention module's keys and values ``[B, heads, T, head_dim]`` during incremental decoding."""
@@ -306,6 +341,7 @@ class MultiHeadAttention(nn.Module):
         if is_causal and not only_causal:
             mask = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2]))
         if backend == "sdpa" and position_bias is None:
+            log_kernel_once(q, k, v, mask, dropout_p, only_causal)
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=only_causal, scale=self.scale
             )
@@ -313,6 +349,7 @@ class MultiHeadAttention(nn.Module):
         if position_bias is not None:
             bias = position_bias.to(q.dtype) if bias is None else bias + position_bias.to(q.dtype)
         if backend == "sdpa":
+            log_kernel_once(q, k, v, bias, dropout_p, False)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
         if backend == "xformers":
             return xformers_attention(q, k, v, bias, only_causal, dropout_p, self.scale)

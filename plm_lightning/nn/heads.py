@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.feedforward import ACTIVATIONS
-from plm_lightning.nn.losses import LMLoss, linear_cross_entropy
+from plm_lightning.nn.losses import LMLoss, linear_cross_entropy, pad_multiple_for, padded_rows, padded_size
 from plm_lightning.nn.norms import make_norm
 
 
@@ -19,7 +19,13 @@ class LMHead(nn.Module):
     ``transform`` is BERT's dense + GELU + LayerNorm (``cls.predictions.transform``); GPT-2 has none.
     Logits are computed only at the requested positions (sparse prediction): for MLM that is ~15% of tokens,
     which saves most of the V x H output matmul.
+
+    ``pad_vocab_multiple`` (set by the objective; None: 128 on CUDA, none elsewhere): the matrix ``E`` is padded
+    with zero rows to a multiple of it where it is multiplied (``nn.losses.PAD_VOCAB_MULTIPLE``), never in the
+    parameters, so checkpoints and exports keep the real vocabulary; the logits returned have the real width.
     """
+
+    pad_vocab_multiple: int | None = None
 
     def __init__(self, cfg: BackboneConfig, transform: bool = True, bias: bool = True) -> None:
         super().__init__()
@@ -48,8 +54,15 @@ class LMHead(nn.Module):
         if self.dense is not None:
             hidden = self.norm(self.act(self.dense(hidden)))
         if targets is not None:
-            return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.weight, self.bias, targets.reshape(-1))
-        return F.linear(hidden, self.weight, self.bias)
+            return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.weight, self.bias, targets.reshape(-1),
+                                        pad_vocab_multiple=self.pad_vocab_multiple)
+        vocab = self.weight.shape[0]
+        padded = padded_size(vocab, pad_multiple_for(hidden.device, self.pad_vocab_multiple))
+        if padded == vocab or hidden[..., 0].numel() < 64:
+            return F.linear(hidden, self.weight, self.bias)  # aligned, or a few rows (decoding): memory-bound anyway
+        dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
+        bias = None if self.bias is None else padded_rows(self.bias, padded, dtype)
+        return F.linear(hidden, padded_rows(self.weight, padded, dtype), bias)[..., :vocab]
 
 
 class Pooler(nn.Module):

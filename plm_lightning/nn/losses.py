@@ -11,6 +11,10 @@ reading it. Argmax predictions and per-row losses come out as by-products for th
 
 On CPU a chunk's logits are further made in blocks of the vocabulary, each its own ``[rows, block]`` matrix, and their
 softmax is assembled from the blocks' maxima and sums (online softmax); see ``VOCAB_BLOCK``.
+
+On CUDA the head's matrix is padded with zero rows to a multiple of 128 for its GEMMs (``PAD_VOCAB_MULTIPLE``): the
+padded logits are set to -inf before the softmax, so they are never predicted and carry no probability, and the
+loss and gradients are those of the unpadded head; the parameters themselves stay at the real vocabulary.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 CHUNK_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
@@ -38,6 +43,36 @@ whose whole-width GEMM is not slow (164 GFLOP/s), took 1.02 of it; a whole BART-
 kernel per matrix is best."""
 
 
+PAD_VOCAB_MULTIPLE = {"cuda": 128}
+"""Vocabulary rows the head's matrix is padded to a multiple of, by device, where absent none. GPT-2's 50257 is odd:
+cuBLAS then runs the ``[tokens, 50257]`` logits GEMM and its two backward GEMMs on slow unaligned kernels (seen in
+the H200 profile of issue 41; nanoGPT pads to 50304 for the same reason). Padding costs nothing extra where the head
+runs under autocast, whose bf16 copy of the weight is the padded copy. CPU GEMMs gain nothing from it."""
+
+
+def padded_size(vocab: int, multiple: int) -> int:
+    """``vocab`` rounded up to a multiple of ``multiple``."""
+    return -(-vocab // multiple) * multiple
+
+
+def pad_multiple_for(device: torch.device, multiple: int | None) -> int:
+    """The padding multiple to use: ``multiple`` when given, else the device's default (``PAD_VOCAB_MULTIPLE``)."""
+    if multiple is not None:
+        if multiple < 1:
+            raise ValueError(f"pad_vocab_multiple={multiple} must be >= 1 (1: no padding)")
+        return multiple
+    return PAD_VOCAB_MULTIPLE.get(device.type, 1)
+
+
+def padded_rows(weight: Tensor, rows: int, dtype: torch.dtype | None = None) -> Tensor:
+    """``weight`` ``[V, ...]`` in ``dtype`` with zero rows appended up to ``rows`` (differentiable; ``weight`` itself
+    when nothing is to pad and no cast asked)."""
+    weight = weight.to(dtype or weight.dtype)
+    if rows == weight.shape[0]:
+        return weight
+    return F.pad(weight, (0, 0) * (weight.ndim - 1) + (0, rows - weight.shape[0]))
+
+
 class LMLoss(NamedTuple):
     loss: Tensor
     """Mean cross-entropy over the rows (differentiable)."""
@@ -47,17 +82,20 @@ class LMLoss(NamedTuple):
     """Each row's cross-entropy, fp32 (no gradient)."""
 
 
-def _softmax_blocks(h: Tensor, w: Tensor, bias: Tensor | None, targets: Tensor, blocks: list[tuple[int, int]]
-                    ) -> tuple[list[Tensor], Tensor, Tensor, Tensor, Tensor]:
+def _softmax_blocks(h: Tensor, w: Tensor, bias: Tensor | None, targets: Tensor, blocks: list[tuple[int, int]],
+                    vocab: int) -> tuple[list[Tensor], Tensor, Tensor, Tensor, Tensor]:
     """One row chunk's logits ``h W^T + b``, made one vocabulary block at a time: each block turned in place into
     ``exp(logits - block max)`` and the block maxima and sums combined into the log-sum-exp (the online softmax of
     Milakov & Gimelshein 2018, eq. 4, over blocks). Returns the blocks, each row's factor per block that turns them
-    into the softmax (``[rows, blocks]``), the log-sum-exp, the argmax and the target logit."""
+    into the softmax (``[rows, blocks]``), the log-sum-exp, the argmax and the target logit. Columns from ``vocab``
+    on are padding (``w``'s zero rows): they are set to -inf, so they take no probability and are never the argmax."""
     exps, maxima, sums, argmaxes, target = [], [], [], [], torch.zeros(len(targets), device=h.device)
     for s, e in blocks:
         logits = (h @ w[s:e].t()).float()
-        if bias is not None:
-            logits += bias[s:e].float()
+        if bias is not None and s < vocab:
+            logits[:, :min(e, vocab) - s] += bias[s:min(e, vocab)].float()
+        if e > vocab:
+            logits[:, max(vocab - s, 0):] = float("-inf")
         best, argmax = logits.max(-1)  # one pass for the max and the argmax
         inside = (targets >= s) & (targets < e)  # masks, not indices: no device sync on CUDA
         target = torch.where(inside, logits.gather(1, (targets - s).clamp(0, e - s - 1)[:, None]).squeeze(1), target)
@@ -86,20 +124,21 @@ def _write_or_add(out: Tensor, a: Tensor, b: Tensor, write: bool) -> None:
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,  # noqa: ANN001
-                rows: int, block: int, grads: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-        n = hidden.shape[0]
+                rows: int, block: int, grads: bool, dtype: torch.dtype, padded: int) -> tuple[Tensor, Tensor, Tensor]:
+        n, vocab = hidden.shape[0], weight.shape[0]
         token_losses = torch.empty(n, dtype=torch.float32, device=hidden.device)
         predictions = torch.empty(n, dtype=torch.long, device=hidden.device)
-        w = weight.to(dtype)
-        blocks = [(s, min(s + block, weight.shape[0])) for s in range(0, weight.shape[0], block)]
+        w = padded_rows(weight.detach(), padded, dtype)
+        blocks = [(s, min(s + block, vocab)) for s in range(0, vocab, block)]
+        blocks[-1] = (blocks[-1][0], padded)  # the padding joins the last block: every block has a real column
         grad_hidden = torch.empty_like(hidden) if grads else None
-        grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device) if grads else None
-        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if grads and bias is not None \
+        grad_weight = torch.empty((padded, weight.shape[1]), dtype=torch.float32, device=weight.device) if grads else None
+        grad_bias = torch.zeros(padded, dtype=torch.float32, device=weight.device) if grads and bias is not None \
             else None
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, n, rows):
                 h, t = hidden[start:start + rows].to(dtype), targets[start:start + rows]
-                exps, factors, lse, predictions[start:start + rows], target = _softmax_blocks(h, w, bias, t, blocks)
+                exps, factors, lse, predictions[start:start + rows], target = _softmax_blocks(h, w, bias, t, blocks, vocab)
                 token_losses[start:start + rows] = lse - target
                 if not grads:
                     continue
@@ -118,6 +157,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_hidden[start:start + rows] = grad_h.to(hidden.dtype)
         if grad_weight is not None and n == 0:
             grad_weight.zero_()
+        if grads and padded != vocab:  # the padding rows' gradients are zero (their softmax is): drop them
+            grad_weight = grad_weight[:vocab]
+            grad_bias = None if grad_bias is None else grad_bias[:vocab]
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.mark_non_differentiable(predictions, token_losses)
         ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
@@ -140,15 +182,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if grad_bias is not None:
             grad_bias.mul_(grad_loss)
         return (grad_hidden, grad_weight.to(ctx.weight_dtype),
-                None if grad_bias is None else grad_bias.to(ctx.bias_dtype), None, None, None, None, None)
+                None if grad_bias is None else grad_bias.to(ctx.bias_dtype), None, None, None, None, None, None)
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                         chunk_elements: int | None = None, vocab_block: int | None = None) -> LMLoss:
+                         chunk_elements: int | None = None, vocab_block: int | None = None,
+                         pad_vocab_multiple: int | None = None) -> LMLoss:
     """Mean ``CE(hidden W^T + bias, targets)`` over the rows of ``hidden`` ``[N, H]``, chunked (module docstring).
 
     Under autocast the matmuls run in the autocast dtype and the softmax in fp32, as autocast would run the unfused
-    head; gradients accumulate in fp32.
+    head; gradients accumulate in fp32. ``pad_vocab_multiple``: the GEMMs' vocabulary is padded to a multiple of it
+    (None: the device's default, ``PAD_VOCAB_MULTIPLE``; 1: none), with the same loss and gradients.
     """
     grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad
                                          or (bias is not None and bias.requires_grad))
@@ -156,7 +200,8 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, ta
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     chunk_elements = chunk_elements or CHUNK_ELEMENTS.get(device, CHUNK_ELEMENTS["cuda"])
     rows = max(1, chunk_elements // weight.shape[0])
-    block = vocab_block or VOCAB_BLOCK.get(device) or weight.shape[0]
+    padded = padded_size(weight.shape[0], pad_multiple_for(hidden.device, pad_vocab_multiple))
+    block = vocab_block or VOCAB_BLOCK.get(device) or padded
     loss, predictions, token_losses = _LinearCrossEntropy.apply(hidden, weight, bias, targets, rows, block, grads,
-                                                                dtype)
+                                                                dtype, padded)
     return LMLoss(loss, predictions, token_losses)

@@ -59,11 +59,13 @@ class PretrainingModule(L.LightningModule):
         lr_schedule: Literal["linear", "cosine", "constant"] = "linear",
         min_lr_ratio: float = 0.0,
         activation_checkpointing: bool = False,
-        compile: bool = False,
+        compile: bool | Literal["blocks", "model"] = False,
+        compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default",
         fused_optimizer: bool = True,
         sparse_final_layer: bool = True,
         init_from: str | None = None,
         fused_cross_entropy: bool = True,
+        pad_vocab_multiple: int | None = None,
     ) -> None:
         """
         Args:
@@ -78,7 +80,12 @@ class PretrainingModule(L.LightningModule):
             lr_schedule: Decay after warmup: linear (BERT), cosine (GPT-3) or constant.
             min_lr_ratio: Final learning rate as a fraction of the peak.
             activation_checkpointing: Recompute each block's activations in the backward pass.
-            compile: torch.compile each block.
+            compile: torch.compile: ``true`` or ``blocks`` compiles each block (identical blocks share one graph, so
+                compile time stays flat in depth); ``model`` compiles the whole loss computation (embeddings, every
+                block, the head and the loss) with graph breaks where shapes depend on the data (the loss
+                positions), which lets inductor fuse across blocks and into the head.
+            compile_mode: torch.compile's mode (``reduce-overhead`` adds CUDA graphs, which need static shapes:
+                packed rows of one length; ``max-autotune*`` tunes the GEMMs, at a much longer compile).
             fused_optimizer: One fused AdamW kernel over all parameters (about 9x faster than the per-tensor loop
                 for 110M fp32 parameters on CPU; the Hugging Face Trainer's default too).
             sparse_final_layer: Run the last layer only at the positions the loss reads (the masked tokens, and
@@ -91,6 +98,10 @@ class PretrainingModule(L.LightningModule):
             fused_cross_entropy: The LM loss through the fused, chunked linear cross-entropy
                 (plm_lightning.nn.losses): the same loss and gradients without the [tokens, vocabulary] logits in
                 memory; false computes the logits and F.cross_entropy on them.
+            pad_vocab_multiple: The LM head's GEMMs run on the vocabulary padded to a multiple of this (zero rows,
+                their logits -inf: the same loss, gradients and predictions; parameters, checkpoints and exports keep
+                the real vocabulary). null: 128 on CUDA, where an unaligned vocabulary such as GPT-2's 50257 puts
+                the head on slow kernels, and 1 (none) on CPU.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -103,6 +114,14 @@ class PretrainingModule(L.LightningModule):
         if lr_schedule not in ("linear", "cosine", "constant"):
             raise ConfigError(f"model.lr_schedule={lr_schedule!r} is not one of linear, cosine, constant")
         check_optimizer_settings(learning_rate, weight_decay, betas, adam_eps, warmup_steps, min_lr_ratio)
+        if compile not in (False, True, "blocks", "model"):
+            raise ConfigError(f"model.compile={compile!r} is not one of false, true, blocks, model")
+        if compile_mode not in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+            raise ConfigError(f"model.compile_mode={compile_mode!r} is not one of default, reduce-overhead, "
+                              "max-autotune, max-autotune-no-cudagraphs")
+        if pad_vocab_multiple is not None and pad_vocab_multiple < 1:
+            raise ConfigError(f"model.pad_vocab_multiple={pad_vocab_multiple} must be >= 1 (1: no padding), or null "
+                              "for the device's default")
         self.built = False
         self.tokens_seen = 0
         self.loss_tokens_seen = 0
@@ -121,6 +140,9 @@ class PretrainingModule(L.LightningModule):
         self.build()
         init_weights(self, self.config)
         self.tie_weights()
+        for head in self.modules():
+            if isinstance(head, LMHead):
+                head.pad_vocab_multiple = self.hparams.get("pad_vocab_multiple")
         self.train_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
         self.val_accuracy = MulticlassAccuracy(self.config.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
         self.val_lm_loss = MeanMetric()
@@ -247,11 +269,15 @@ class PretrainingModule(L.LightningModule):
             scale.check_model_tensor_parallel(self, tensor_parallel.size(), mesh["data_parallel"].size(),
                                               getattr(self.trainer.strategy, "_save_distributed_checkpoint", False))
             scale.apply_tensor_parallel(self, tensor_parallel)
+        compile, mode = self.hparams.get("compile", False), self.hparams.get("compile_mode", "default")
         for stack in self.stacks():
             if self.hparams.activation_checkpointing:
                 scale.apply_activation_checkpointing(stack)
-            if self.hparams.compile:
-                scale.apply_compile(stack)
+            if compile in (True, "blocks"):
+                scale.apply_compile(stack, mode)
+        if compile == "model":
+            # the class's function, compiled once and called with self: no bound method of this instance is kept
+            self._compiled_loss = torch.compile(type(self).compute_loss, mode=None if mode == "default" else mode)
         if mesh is not None:
             scale.apply_fully_shard(self, mesh)
         self._scaled = True
@@ -309,7 +335,8 @@ class PretrainingModule(L.LightningModule):
 
     def forward(self, **batch: Tensor) -> dict[str, Tensor]:
         """The steps call the module (not ``compute_loss``) so FSDP2's root hooks run around the whole step."""
-        return self.compute_loss(batch)
+        compiled = getattr(self, "_compiled_loss", None)
+        return compiled(self, batch) if compiled is not None else self.compute_loss(batch)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         out = self(**batch)

@@ -20,11 +20,11 @@ def apply_activation_checkpointing(stack: nn.Module) -> None:
         layers[i] = checkpoint_wrapper(block, preserve_rng_state=True)
 
 
-def apply_compile(stack: nn.Module) -> None:
+def apply_compile(stack: nn.Module, mode: str = "default") -> None:
     """Compile each block separately: identical blocks share one compiled graph, compile time stays flat in depth."""
     layers = stack.layers
     for i, block in enumerate(layers):
-        layers[i] = torch.compile(block)
+        layers[i] = torch.compile(block, mode=None if mode == "default" else mode)
 
 
 def _fused_colwise(parts: int):  # noqa: ANN202 - a ParallelStyle, imported lazily
