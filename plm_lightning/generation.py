@@ -151,7 +151,7 @@ def generate(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor |
     prompt = sequence.shape[1]
     if generator is None and config.seed is not None:
         generator = torch.Generator().manual_seed(config.seed)
-    done = torch.zeros(sequence.shape[0], dtype=torch.bool)
+    done = torch.zeros(sequence.shape[0], dtype=torch.bool, device=sequence.device)
     new = prompt
     for _ in range(config.max_new_tokens):
         logits = state.step(sequence, new)
@@ -159,7 +159,9 @@ def generate(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor |
             token = logits.argmax(-1)
         else:
             probs = filter_logits(logits / config.temperature, config.top_k, config.top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            # drawn on the generator's device (the CPU): the same seed gives the same draws on every device
+            where = probs.device if generator is None else generator.device
+            token = torch.multinomial(probs.to(where), 1, generator=generator).squeeze(-1).to(probs.device)
         if eos_id is not None:
             token = torch.where(done, torch.full_like(token, eos_id), token)
             done |= token == eos_id
@@ -192,7 +194,8 @@ def _beam_one(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
     state = Decoding(model, config.use_cache)
     sequence = state.start(input_ids, attention_mask, start_id)
     prompt = sequence.shape[1]
-    scores = torch.zeros(1)
+    device = sequence.device
+    scores = torch.zeros(1, device=device)
     finished: list[tuple[float, list[int]]] = []
     new = prompt
     for step in range(config.max_new_tokens):
@@ -215,10 +218,10 @@ def _beam_one(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
         best_open = max(keep_scores) / (step + 1) ** config.length_penalty if keep_scores else float("-inf")
         if len(finished) >= k and max(f[0] for f in finished) >= best_open or not keep_parents:
             break
-        parents = torch.tensor(keep_parents)
+        parents = torch.tensor(keep_parents, device=device)
         state.reorder(parents)
-        sequence = torch.cat([sequence.index_select(0, parents), torch.tensor(keep_tokens)[:, None]], dim=1)
-        scores = torch.tensor(keep_scores)
+        sequence = torch.cat([sequence.index_select(0, parents), torch.tensor(keep_tokens, device=device)[:, None]], dim=1)
+        scores = torch.tensor(keep_scores, device=device)
         new = 1
     if not finished:
         best = int(scores.argmax())
@@ -234,7 +237,7 @@ def sequence_logprob(model: torch.nn.Module, input_ids: Tensor, continuation: li
     total = 0.0
     for token in continuation:
         total += float(state.step(sequence, sequence.shape[1]).log_softmax(-1)[0, token])
-        sequence = torch.cat([sequence, torch.tensor([[token]])], dim=1)
+        sequence = torch.cat([sequence, torch.tensor([[token]], device=sequence.device)], dim=1)
     return total
 
 

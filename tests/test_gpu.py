@@ -88,6 +88,17 @@ def test_auto_backend_is_xformers_on_cuda_when_its_kernels_run():
             resolve_backend("xformers", torch.device("cuda"))
 
 
+def test_the_sdpa_kernel_and_its_reason_are_named():
+    """Causal bf16 rows without a mask go to flash (seen on the H200: cuDNN's flash kernels ran); a dense mask rules
+    flash out, and the reason says so in PyTorch's words."""
+    from plm_lightning.nn.attention import sdpa_kernel_choice
+
+    q = torch.randn(2, 12, 256, 64, device="cuda", dtype=torch.bfloat16)
+    assert sdpa_kernel_choice(q, q, q, None, 0.0, True)[0] == "flash"
+    kernel, why = sdpa_kernel_choice(q, q, q, torch.ones(2, 1, 256, 256, dtype=torch.bool, device="cuda"), 0.0, False)
+    assert kernel != "flash" and why.startswith("not flash: ")
+
+
 def _model_and_batch(kind: str):  # noqa: ANN202
     from plm_lightning.objectives import CausalLM, MaskedLM, Seq2SeqLM
 
@@ -148,6 +159,21 @@ def test_cached_generation_on_cuda_equals_recomputation_and_the_cpu(kind):
     model.cpu()
     assert runs[0] == runs[1] == runs[2]
     assert len({tok for row in runs[0] for tok in row}) > 3  # varied text, not one repeated token
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_every_decoding_strategy_runs_on_cuda_as_on_the_cpu(strategy):
+    """With an end-of-sequence id (its bookkeeping once lived on the CPU): the same tokens on both devices; seeded
+    sampling draws on the CPU generator, so the same seed gives the same text on every device."""
+    from plm_lightning.generation import GenerationConfig, generate
+    from plm_lightning.objectives import CausalLM
+
+    torch.manual_seed(0)
+    model = CausalLM(backbone="tiny-gpt", vocab_size=101).eval()
+    ids = torch.randint(3, 101, (1, 8))
+    config = GenerationConfig(strategy, max_new_tokens=10, seed=3, **({"num_beams": 3} if strategy == "beam" else {}))
+    on_cpu = generate(model, ids, None, config, eos_id=5)
+    assert generate(model.cuda(), ids.cuda(), None, config, eos_id=5) == on_cpu
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2", "deberta-v3"])

@@ -63,3 +63,37 @@ def test_a_training_block_compiles_as_one_graph(preset):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(block)(torch.randn(2, 8, cfg.hidden_size))
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_compile_model_runs_the_whole_loss_through_torch_compile(monkeypatch):
+    """``compile: model`` hands the objective's whole loss computation to torch.compile with the asked mode (here
+    with dynamo's eager backend, to trace without inductor's compile time) and gives the eager loss and gradients;
+    a mode torch.compile lacks is one line."""
+    from plm_lightning.errors import ConfigError
+    from plm_lightning.objectives import CausalLM
+
+    calls = []
+    real = torch.compile
+
+    def recording(fn, mode=None, **kwargs):  # noqa: ANN001, ANN202
+        calls.append((getattr(fn, "__qualname__", type(fn).__name__), mode))
+        return real(fn, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", recording)
+    overrides = {"dropout": 0.0, "attention_dropout": 0.0}
+    eager = CausalLM(backbone="tiny-gpt", vocab_size=101, backbone_overrides=overrides)
+    compiled = CausalLM(backbone="tiny-gpt", vocab_size=101, backbone_overrides=overrides, compile="model",
+                        compile_mode="reduce-overhead")
+    compiled.load_state_dict(eager.state_dict())
+    compiled.configure_model()
+    assert calls == [("CausalLM.compute_loss", "reduce-overhead")]
+    ids = torch.randint(0, 101, (2, 16))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    torch._dynamo.reset()
+    a, b = compiled(**batch)["loss"], eager(**batch)["loss"]
+    a.backward()
+    b.backward()
+    assert torch.allclose(a, b, atol=1e-6)
+    assert all(torch.allclose(p.grad, q.grad, atol=1e-6) for p, q in zip(compiled.parameters(), eager.parameters()))
+    with pytest.raises(ConfigError, match="compile_mode='fast'"):
+        CausalLM(backbone="tiny-gpt", vocab_size=101, compile="model", compile_mode="fast")

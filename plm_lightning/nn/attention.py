@@ -59,16 +59,22 @@ _KERNELS_LOGGED: set[tuple] = set()
 def sdpa_kernel_choice(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool
                        ) -> tuple[str, str]:
     """The kernel PyTorch's SDPA dispatches this call to on CUDA, in its own order (flash, then memory-efficient,
-    then math; cuDNN's only when asked for first), and why the faster ones were passed over."""
+    then math; cuDNN's only when asked for first), and why the faster ones were passed over (PyTorch's own reasons,
+    from its probes' debug warnings)."""
+    import warnings
+
     cuda = torch.backends.cuda
     params = cuda.SDPAParams(q, k, v, mask, dropout_p, is_causal, False)
-    if cuda.flash_sdp_enabled() and cuda.can_use_flash_attention(params, False):
-        return "flash", "no mask beyond causal, a head size and dtype flash serves"
-    why = ("a dense mask or bias (flash takes none; xformers' block-diagonal path would avoid it)" if mask is not None
-           else f"dtype {q.dtype} or head size {q.shape[-1]} flash does not serve")
-    if cuda.mem_efficient_sdp_enabled() and cuda.can_use_efficient_attention(params, False):
-        return "memory-efficient", why
-    return "math", why + "; the memory-efficient kernel refused it too"
+    reasons = []
+    for name, enabled, probe in (("flash", cuda.flash_sdp_enabled(), cuda.can_use_flash_attention),
+                                 ("memory-efficient", cuda.mem_efficient_sdp_enabled(), cuda.can_use_efficient_attention)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if enabled and probe(params, True):
+                return name, "; ".join(reasons) or "it serves this call"
+        said = "; ".join(str(w.message).splitlines()[0] for w in caught) or ("disabled" if not enabled else "refused")
+        reasons.append(f"not {name}: {said}")
+    return "math", "; ".join(reasons)
 
 
 def log_kernel_once(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool) -> None:
