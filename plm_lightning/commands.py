@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -257,6 +258,13 @@ def run_arena(argv: list[str]) -> None:
                           ("seq-len", 128), ("batch-size", 32), ("finetune-steps", 200), ("evaluations", 4),
                           ("val-batches", 10)):
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="runs per recipe and budget, each with its own pretraining and fine-tuning seed; the "
+                             "report gives mean ± sd and judges claims by two standard errors (3 or more)")
+    parser.add_argument("--random-init", default="",
+                        help="comma-separated recipes also fine-tuned from random weights (the control arm)")
+    parser.add_argument("--page", type=Path, default=None,
+                        help="also write the report as this Markdown page, its figures in a folder of its name")
     parser.add_argument("--configs-dir", default="configs", help="where the recipes are")
     args = parser.parse_args(argv)
     try:
@@ -269,11 +277,28 @@ def run_arena(argv: list[str]) -> None:
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
-        prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit)
+        prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit, seeds=args.seeds,
+        random_init=split_recipes(args.random_init))
     results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
-    files = write_report(results, config, args.dir)
+    files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *argv]))
+    if args.page is not None:
+        files["page"] = publish_page(files, args.page)
     print(files["report"].read_text(encoding="utf-8"))
     print(f"results: {', '.join(str(p) for p in files.values())}")
+
+
+def publish_page(files: dict[str, Path], page: Path) -> Path:
+    """The arena's ``report.md`` as ``page``, its figures copied to ``<page's stem>/`` beside it."""
+    import shutil
+
+    figures = page.parent / page.stem
+    figures.mkdir(parents=True, exist_ok=True)
+    text = files["report"].read_text(encoding="utf-8")
+    for key in ("loss_plot", "downstream_plot"):
+        shutil.copyfile(files[key], figures / files[key].name)
+        text = text.replace(f"]({files[key].name})", f"]({page.stem}/{files[key].name})")
+    page.write_text(text, encoding="utf-8")
+    return page
 
 
 

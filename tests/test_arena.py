@@ -22,6 +22,8 @@ TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq
     ({"hidden_size": 30, "num_heads": 4}, "multiple of --num-heads"),
     ({"downstream": ("lama",)}, "must be pretrained on it: add --data world"),
     ({"prompt_limit": 0}, "--prompt-limit=0 must be >= 1"),
+    ({"seeds": 0}, "--seeds=0 must be >= 1"),
+    ({"random_init": ("albert",)}, "--random-init albert is not in --recipes"),
 ])
 def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -44,27 +46,61 @@ def test_recipe_variants_are_points_of_one_recipe() -> None:
             ArenaConfig(**{**TINY, "recipes": (bad,)})
 
 
-def _result(recipe: str, scores: dict[str, float], target: float | None = None) -> RunResult:
-    return RunResult(recipe, 1e12, steps=10, flops=1e12, flops_per_step=1e11, downstream=scores,
-                     val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5,
-                     statistics={"target_length_mean": target} if target else {})
+def _result(recipe: str, scores: dict[str, float], target: float | None = None, seed: int = 0,
+            random_init: dict[str, float] | None = None, parameters: int = 0) -> RunResult:
+    return RunResult(recipe, 1e12, seed, steps=10, flops=1e12, flops_per_step=1e11, downstream=scores,
+                     val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5, parameters=parameters,
+                     statistics={"target_length_mean": target} if target else {}, random_init=random_init or {})
+
+
+def _seeds(recipe: str, means: dict[str, float], spread: float = 0.01, **kwargs) -> list[RunResult]:
+    """Three seeds of ``recipe`` whose scores are ``means`` -spread, 0, +spread (a standard deviation of
+    ``spread``)."""
+    return [_result(recipe, {t: m + d for t, m in means.items()}, seed=i, **kwargs)
+            for i, d in enumerate((-spread, 0.0, spread))]
+
+
+def test_estimates_and_the_two_standard_error_rule() -> None:
+    """Welch's standard error of a difference: a clear win reproduces, the reverse does not, a tie within noise is
+    inconclusive, and one seed (no error bar) is never more than inconclusive."""
+    from plm_lightning.arena.report import Estimate, judge
+
+    a, b = Estimate.of([0.80, 0.81, 0.82]), Estimate.of([0.70, 0.71, 0.72])
+    assert (a.mean, round(a.std, 6), a.n) == (0.81, 0.01, 3)
+    assert judge(a, b)[0] == "reproduces" and judge(b, a)[0] == "does not reproduce"
+    verdict, numbers = judge(Estimate.of([0.80, 0.81, 0.82]), Estimate.of([0.795, 0.805, 0.815]))
+    assert verdict == "inconclusive at this scale" and "two standard errors 0.0163" in numbers
+    assert judge(Estimate.of([0.9]), Estimate.of([0.1]))[0] == "inconclusive at this scale"
+    assert judge(Estimate.of([0.795, 0.80, 0.805]), a, margin=0.01)[0] == "inconclusive at this scale"
+    assert judge(Estimate.of([0.835, 0.84, 0.845]), a, margin=0.01)[0] == "reproduces"  # non-inferior beyond noise
 
 
 def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -> None:
-    config = ArenaConfig(recipes=("bert", "electra", "roberta", "spanbert", "t5", "bart"), budgets=(1e12,),
-                         downstream=("code-or-prose", "cloze-spans"), configs_dir=CONFIGS)
-    results = [_result("bert", {"code-or-prose": 0.80, "cloze-spans": 0.40}),
-               _result("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}),
-               _result("roberta", {"code-or-prose": 0.795, "cloze-spans": 0.40}),  # within one point: no harm
-               _result("spanbert", {"code-or-prose": 0.80, "cloze-spans": 0.35}),  # worse on the span task
-               _result("t5", {}, target=30.0), _result("bart", {}, target=128.0)]
+    no_nsp = "bert[model.sentence_prediction=none;data.packing=full_sentences]"
+    config = ArenaConfig(recipes=("bert", "electra", no_nsp, "spanbert", "t5", "bart", "albert"), budgets=(1e12,),
+                         downstream=("code-or-prose", "cloze-spans"), configs_dir=CONFIGS, seeds=3,
+                         random_init=("bert",))
+    results = [*_seeds("bert", {"code-or-prose": 0.80, "cloze-spans": 0.40}, parameters=1000,
+                       random_init={"code-or-prose": 0.60, "cloze-spans": 0.20}),
+               *_seeds("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}),  # a clear win
+               *_seeds(no_nsp, {"code-or-prose": 0.805, "cloze-spans": 0.40}),  # a tie within noise
+               *_seeds("spanbert", {"code-or-prose": 0.80, "cloze-spans": 0.30}),  # clearly worse on the span task
+               _result("t5", {}, target=30.0), _result("bart", {}, target=128.0),
+               *_seeds("albert", {"code-or-prose": 0.79, "cloze-spans": 0.40}, parameters=300)]
     verdicts = {c.statement.split()[0]: c.verdict for c in check_claims(results, config)}
-    assert verdicts == {"Replaced": "reproduces", "RTD": "not measured", "Removing": "reproduces",
-                        "Span": "does not reproduce", "T5's": "reproduces", "Fine-tuning": "not measured"}
-    files = write_report(results, config, tmp_path)
-    assert "**does not reproduce**" in files["report"].read_text() and "spanbert 0.3500 vs bert 0.4000" in \
-        files["report"].read_text()
-    assert len(files["csv"].read_text().strip().splitlines()) == 7
+    assert verdicts == {"Replaced": "reproduces", "RTD": "not measured", "Removing": "inconclusive at this scale",
+                        "Span": "does not reproduce", "T5's": "reproduces", "Pretraining": "reproduces",
+                        "ALBERT's": "reproduces", "Fine-tuning": "not measured"}
+    claims = {c.statement.split()[0]: c.evidence for c in check_claims(results, config)}
+    assert claims["Removing"].startswith(f"{no_nsp} 0.6025 ± 0.0100 (n=3) vs bert 0.6000 ± 0.0100 (n=3); difference +0.0025")
+    assert "1,000 vs 300" not in claims["ALBERT's"] and "300 vs 1,000 parameters (0.30x)" in claims["ALBERT's"]
+    missing = check_claims(results[3:], config)  # no bert: its claims cannot be judged
+    assert {c.statement.split()[0]: c.verdict for c in missing}["Replaced"] == "not measured"
+    files = write_report(results, config, tmp_path, command="python -m plm_lightning arena --seeds 3")
+    report = files["report"].read_text()
+    assert "**does not reproduce**" in report and "python -m plm_lightning arena --seeds 3" in report
+    assert "| electra | 1e+12 | 3 | 10 | 0 | 2.5000 ± 0.0000 | 0.8500 ± 0.0100 | 0.4500 ± 0.0100 |" in report
+    assert len(files["csv"].read_text().strip().splitlines()) == 1 + len(results)
     for name in ("loss_plot", "downstream_plot"):
         png = files[name].read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 300
@@ -73,19 +109,23 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
 def test_the_bidirectionality_claim_reads_the_continuum_variants() -> None:
     uni, bi = "continuum[data.bidirectional_fraction=0]", "continuum[data.bidirectional_fraction=1;data.prediction=masked]"
     config = ArenaConfig(recipes=(uni, "continuum", bi), budgets=(1e12,),
-                         downstream=("code-or-prose", "prompt-next-sentence"), configs_dir=CONFIGS)
+                         downstream=("code-or-prose", "prompt-next-sentence"), configs_dir=CONFIGS, seeds=3)
 
     def claim(scores: dict[str, dict[str, float]]):  # noqa: ANN202
-        results = [_result(r, scores[r]) for r in scores]
+        results = [r for name in scores for r in _seeds(name, scores[name])]
         return next(c for c in check_claims(results, config) if c.statement.startswith("Fine-tuning"))
 
     found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.40},
                    "continuum": {"code-or-prose": 0.75, "prompt-next-sentence": 0.35},  # f = 0.5: in between
                    bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
-    assert found.verdict == "reproduces" and "fraction 1 vs 0: fine-tuned 0.8000 vs 0.7000" in found.evidence
+    assert found.verdict == "reproduces" and "fraction 1 vs 0: fine-tuned 0.8000 ± 0.0100 (n=3) vs 0.7000" in \
+        found.evidence
     found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.20},
                    bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
     assert found.verdict == "does not reproduce"
+    found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.25},
+                   bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
+    assert found.verdict == "inconclusive at this scale"
     assert claim({uni: {"code-or-prose": 0.7}, bi: {"code-or-prose": 0.8}}).verdict == "not measured"
     with pytest.raises(ConfigError, match="prompt-next-sentence"):
         ArenaConfig(**{**TINY, "downstream": ("prompt-nope",)})
@@ -99,12 +139,14 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     instead of retraining."""
     args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
             "code-or-prose,lama,prompt-next-sentence", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
-            "--val-batches", "2", "--prompt-limit", "200",
+            "--val-batches", "2", "--prompt-limit", "200", "--seeds", "2",
             "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
     res = run_cli(args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    saved = {p.name.split("@")[0]: p for p in (tmp_path / "a" / "results").glob("*.json")}
+    saved = {p.name.split("@")[0]: p for p in (tmp_path / "a" / "results").glob("*@2e+09.json")}
     t5, bart = (json.loads(saved[r].read_text()) for r in ("t5", "bart"))
+    again_t5 = json.loads((tmp_path / "a" / "results" / "t5@2e+09~s1.json").read_text())  # the second seed
+    assert again_t5["seed"] == 1 and again_t5["steps"] == t5["steps"] and again_t5["val_curve"] != t5["val_curve"]
     for result in (t5, bart):
         assert result["flops"] >= 2e9 > result["flops"] - result["flops_per_step"]  # the budget, to one step
         assert len(result["val_curve"]) >= 2 and result["downstream"]["code-or-prose"] > 0
@@ -119,10 +161,12 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
         assert (tmp_path / "a" / name).stat().st_size > 100
     config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama",
                                                                                "prompt-next-sentence"),
-                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, prompt_limit=200, **TINY)
+                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, prompt_limit=200, seeds=2,
+                         **TINY)
     said: list[str] = []
     again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results
-    assert [r.recipe for r in again] == ["t5", "bart"] and all("done earlier" in m for m in said)
+    assert [(r.recipe, r.seed) for r in again] == [("t5", 0), ("bart", 0), ("t5", 1), ("bart", 1)]
+    assert all("done earlier" in m for m in said)
     assert again[0].downstream == t5["downstream"]
     with pytest.raises(ConfigError, match="another size"):
         Arena(ArenaConfig(**{**config.__dict__, "seq_len": 64}), tmp_path / "a")

@@ -76,6 +76,10 @@ class ArenaConfig:
         prompt_shots: Demonstrations before each query of the :data:`PROMPTS` tasks (0: zero-shot).
         prompt_limit: Prompt only the first N validation examples of each :data:`PROMPTS` task (None: all; a quick
             arena's prompting otherwise dominates its time: 1783 next-sentence examples x 4 candidates per recipe).
+        seeds: Runs per (recipe, budget), each with its own pretraining and fine-tuning seeds (:func:`seed_args`),
+            so that every score has a mean and a standard deviation and a claim a standard error.
+        random_init: Recipes whose fine-tuning is repeated from random weights of the same architecture and
+            tokenizer (``--model.random_init``): the control arm of "pretraining helps downstream".
     """
 
     recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -94,6 +98,8 @@ class ArenaConfig:
     data: str | None = None
     prompt_shots: int = 0
     prompt_limit: int | None = None
+    seeds: int = 1
+    random_init: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.recipes:
@@ -111,8 +117,11 @@ class ArenaConfig:
         if "lama" in self.downstream and not is_world_spec(self.data or ""):
             raise ConfigError(f"arena: --downstream lama probes the synthetic world's facts, so the recipes must be "
                               f"pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
+        unknown = [r for r in self.random_init if r not in self.recipes]
+        if unknown:
+            raise ConfigError(f"arena: --random-init {', '.join(unknown)} is not in --recipes")
         for name in ("hidden_size", "num_heads", "num_layers", "intermediate_size", "seq_len", "batch_size",
-                     "finetune_steps", "evaluations", "val_batches"):
+                     "finetune_steps", "evaluations", "val_batches", "seeds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"arena: --{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
         if self.hidden_size % self.num_heads:
@@ -142,6 +151,20 @@ class ArenaConfig:
                 f"--data.batch_size={self.batch_size}", *([f"--data.source={self.data}"] if self.data else [])]
 
 
+def seed_args(seed: int, data: bool = True) -> list[str]:
+    """The options of a run's ``seed``: none for seed 0 (the recipe's own seeds, as a single-seed arena always ran),
+    else ``--seed_everything`` (initialisation, dropout, fine-tuning order) and, for pretraining (``data``),
+    ``--data.seed`` (sample order, masks and the held-out split)."""
+    if seed == 0:
+        return []
+    return [f"--seed_everything={seed}", *([f"--data.seed={1234 + seed}"] if data else [])]
+
+
+def run_name(recipe: str, budget: float, seed: int = 0) -> str:
+    """``recipe@budget`` (seed 0, the name a single-seed arena always used) or ``recipe@budget~sN``."""
+    return f"{recipe}@{budget:.3g}" + (f"~s{seed}" if seed else "")
+
+
 def recipe_variant(recipe: str) -> tuple[str, dict[str, str]]:
     """``name[key=value;...]`` -> (name, {key: value}); a plain name has no settings."""
     match = re.fullmatch(r"([\w.-]+)(?:\[(.*)\])?", recipe.strip())
@@ -168,6 +191,7 @@ class RunResult:
 
     recipe: str
     budget: float
+    seed: int = 0
     objective: str = ""
     flops_per_step: float = 0.0
     steps: int = 0
@@ -181,6 +205,10 @@ class RunResult:
     statistics: dict[str, Any] = field(default_factory=dict)
     """The recipe's ``inspect --json`` statistics at the arena's shape (target lengths for the T5 claim)."""
     seconds: float = 0.0
+    seconds_per_step: float = 0.0
+    """The median time of a pretraining step at the arena's shape (measured on its first steps, after the first)."""
+    random_init: dict[str, float | None] = field(default_factory=dict)
+    """The fine-tuning scores of the same architecture from random weights (``ArenaConfig.random_init``)."""
 
 
 def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str, Any]:
@@ -198,18 +226,24 @@ def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str
     L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
               enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
               callbacks=[probe]).fit(model, datamodule=datamodule)
+    timed = sorted(probe.seconds[1:]) or probe.seconds
     return {"objective": type(model).__name__, "flops_per_step": sum(probe.flops) / len(probe.flops),
-            "parameters": sum(p.numel() for p in model.parameters()),
+            "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": timed[len(timed) // 2],
             "statistics": corruption_statistics(datamodule, model, 2)}
 
 
 class _FlopsProbe(L.Callback):
-    """Collects the objective's FLOPs of each training batch (what ``ThroughputMFU`` reads)."""
+    """Collects the objective's FLOPs of each training batch (what ``ThroughputMFU`` reads) and its time."""
 
     def __init__(self) -> None:
         self.flops: list[float] = []
+        self.seconds: list[float] = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self.seconds.append(time.perf_counter() - self._start)
         self.flops.append(float(pl_module.flops_per_batch))
 
 
@@ -219,35 +253,53 @@ class Arena:
     def __init__(self, config: ArenaConfig, directory: str | Path, log: Callable[[str], None] = print) -> None:
         self.config, self.dir, self.log = config, Path(directory), log
         (self.dir / "results").mkdir(parents=True, exist_ok=True)
-        shape = {k: v for k, v in asdict(config).items() if k not in ("recipes", "budgets")}
+        free = ("recipes", "budgets", "seeds", "random_init")  # may grow between runs of one arena
+        shape = {k: v for k, v in asdict(config).items() if k not in free}
         saved = self.dir / "arena.json"
-        defaults = {f.name: f.default for f in fields(ArenaConfig) if f.name not in ("recipes", "budgets")}
+        defaults = {f.name: f.default for f in fields(ArenaConfig) if f.name not in free}
         if saved.is_file() and {**json.loads(json.dumps(defaults)), **json.loads(saved.read_text(encoding="utf-8"))} \
                 != json.loads(json.dumps(shape)):  # a key added since that arena was run has its default there
             raise ConfigError(f"arena: {self.dir} holds an arena of another size, data shape or downstream setting "
                               f"(see {saved}); give another --dir (recipes and budgets may be added)")
         saved.write_text(json.dumps(shape, indent=1), encoding="utf-8")
 
-    def result_path(self, recipe: str, budget: float) -> Path:
-        return self.dir / "results" / f"{recipe}@{budget:.3g}.json"
+    def result_path(self, recipe: str, budget: float, seed: int = 0) -> Path:
+        return self.dir / "results" / f"{run_name(recipe, budget, seed)}.json"
 
     def run(self) -> list[RunResult]:
+        """Every (seed, budget, recipe), seed by seed: an interrupted arena has whole seeds first."""
         results = []
-        for budget in self.config.budgets:
-            for recipe in self.config.recipes:
-                path = self.result_path(recipe, budget)
-                if path.is_file():
-                    self.log(f"{recipe} @ {budget:.3g} FLOPs: done earlier ({path})")
-                    results.append(RunResult(**json.loads(path.read_text(encoding="utf-8"))))
-                    continue
-                result = self.run_one(recipe, budget)
-                results.append(result)
-                if "pretraining" in result.errors:  # not kept: the next run tries again
-                    continue
-                tmp = path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
-                tmp.replace(path)
+        for seed in range(self.config.seeds):
+            for budget in self.config.budgets:
+                for recipe in self.config.recipes:
+                    results.append(self._run_or_load(recipe, budget, seed))
         return results
+
+    def _run_or_load(self, recipe: str, budget: float, seed: int) -> RunResult:
+        path = self.result_path(recipe, budget, seed)
+        result = RunResult(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+        if result is not None and (recipe not in self.config.random_init or result.random_init):
+            self.log(f"{run_name(recipe, budget, seed)}: done earlier ({path})")
+            return result
+        if result is None:
+            result = self.run_one(recipe, budget, seed)
+            if "pretraining" in result.errors:  # not kept: the next run tries again
+                return result
+        if recipe in self.config.random_init and not result.random_init:
+            self.random_init_scores(result)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
+        tmp.replace(path)
+        return result
+
+    def random_init_scores(self, result: RunResult) -> None:
+        """The fine-tuning tasks again, from random weights of ``result``'s architecture (its checkpoint gives the
+        architecture and tokenizer only)."""
+        where = self.dir / "runs" / run_name(result.recipe, result.budget, result.seed)
+        checkpoint = sorted(where.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+        for task in (t for t in self.config.downstream if t in DOWNSTREAM):
+            result.random_init[task] = self.finetune(result, task, checkpoint[-1], random_init=True) \
+                if checkpoint else None
 
     def _env(self, metrics: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -266,19 +318,20 @@ class Arena:
             code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self._env(metrics)).returncode
         return code, last_line((where / "output.log").read_text(encoding="utf-8")), read_metrics(metrics)
 
-    def run_one(self, recipe: str, budget: float) -> RunResult:
+    def run_one(self, recipe: str, budget: float, seed: int = 0) -> RunResult:
         start = time.time()
         config = self.config
         measured = measure_recipe(config, recipe)
         steps = max(1, math.ceil(budget / measured["flops_per_step"]))
-        result = RunResult(recipe, budget, measured["objective"], measured["flops_per_step"], steps,
+        result = RunResult(recipe, budget, seed, measured["objective"], measured["flops_per_step"], steps,
                            steps * measured["flops_per_step"], measured["parameters"],
-                           statistics=measured["statistics"])
-        self.log(f"{recipe} @ {budget:.3g} FLOPs: {measured['flops_per_step']:.3g} FLOPs/step -> {steps} steps")
-        where = self.dir / "runs" / f"{recipe}@{budget:.3g}"
+                           statistics=measured["statistics"], seconds_per_step=measured["seconds_per_step"])
+        name = run_name(recipe, budget, seed)
+        self.log(f"{name}: {measured['flops_per_step']:.3g} FLOPs/step -> {steps} steps")
+        where = self.dir / "runs" / name
         interval = max(1, steps // config.evaluations)
         code, line, rows = self._fit(
-            [*config.recipe_args(recipe), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+            [*config.recipe_args(recipe), *seed_args(seed), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
              f"--trainer.val_check_interval={interval}", "--trainer.check_val_every_n_epoch=null",
              f"--trainer.limit_val_batches={config.val_batches}"], where)
         if code != 0:
@@ -305,7 +358,7 @@ class Arena:
     def _report(self, result: RunResult, task: str, kind: str, arguments: list[str]) -> dict | None:
         """Run ``plm_lightning KIND ... --out FILE`` for ``result``'s checkpoint (its log beside the file) and
         return the JSON it wrote (None, with the error recorded, on failure)."""
-        where = self.dir / kind / f"{result.recipe}@{result.budget:.3g}"
+        where = self.dir / kind / run_name(result.recipe, result.budget, result.seed)
         where.mkdir(parents=True, exist_ok=True)
         out = where / f"{task}.json"
         with open(where / "output.log", "w", encoding="utf-8") as log:
@@ -341,21 +394,24 @@ class Arena:
         self.log(f"{result.recipe}: {task} accuracy = {report['accuracy']:.4f} ({self.config.prompt_shots}-shot)")
         return report["accuracy"]
 
-    def finetune(self, result: RunResult, task: str, checkpoint: Path) -> float | None:
-        """Fine-tune ``checkpoint`` on ``task`` for the arena's steps; its validation score (None on failure)."""
+    def finetune(self, result: RunResult, task: str, checkpoint: Path, random_init: bool = False) -> float | None:
+        """Fine-tune ``checkpoint`` (or, with ``random_init``, its architecture from random weights) on ``task`` for
+        the arena's steps with the run's seed; its validation score (None on failure)."""
         steps = self.config.finetune_steps
-        where = self.dir / "finetune" / f"{result.recipe}@{result.budget:.3g}" / task
+        label = f"random-init:{task}" if random_init else task
+        where = self.dir / "finetune" / run_name(result.recipe, result.budget, result.seed) / label.replace(":", "-")
         code, line, rows = self._fit(
             ["--config", str(Path(self.config.configs_dir) / "finetune" / f"{task}.yaml"),
-             f"--model.init_from={checkpoint}", f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+             f"--model.init_from={checkpoint}", *(["--model.random_init=true"] if random_init else []),
+             *seed_args(result.seed, data=False), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
              f"--trainer.val_check_interval={steps}", "--trainer.check_val_every_n_epoch=null"], where)
         metric = DOWNSTREAM[task]
         scores = [row[metric] for row in rows if metric in row]
         if code != 0 or not scores:
-            result.errors[task] = line if code != 0 else f"{metric} was never logged"
-            self.log(f"{result.recipe}: {task} not scored: {result.errors[task]}")
+            result.errors[label] = line if code != 0 else f"{metric} was never logged"
+            self.log(f"{result.recipe}: {label} not scored: {result.errors[label]}")
             return None
-        self.log(f"{result.recipe}: {task} {metric} = {scores[-1]:.4f}")
+        self.log(f"{run_name(result.recipe, result.budget, result.seed)}: {label} {metric} = {scores[-1]:.4f}")
         return scores[-1]
 
 
