@@ -1,5 +1,7 @@
-"""What every pretraining objective shares: backbone construction, optimizer, LR schedule, loss-position LM loss,
-metrics, token counters, checkpoint metadata and the scale hooks (activation checkpointing, FSDP2, compile)."""
+"""What every pretraining objective shares: backbone construction (``init_from`` too), the check of the data against
+the model, the scale hooks (tensor parallelism, activation checkpointing, compile, FSDP2), running a stack with the
+batch's attention shape, and the loss at the loss positions. Optimisation (``optimization``), the steps' metrics and
+FLOPs (``step_metrics``) and checkpoint metadata (``checkpoint_metadata``) are mixed in from their own modules."""
 
 from __future__ import annotations
 
@@ -16,31 +18,14 @@ from torchmetrics.classification import MulticlassAccuracy
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
-from plm_lightning.nn.flops import training_flops
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape
 from plm_lightning.objectives import scale
-from plm_lightning.objectives.schedules import lr_lambda
-
-CHECKPOINT_KEY = "plm_lightning"
-
-
-def check_optimizer_settings(learning_rate: float, weight_decay: float, betas: tuple[float, float], adam_eps: float,
-                             warmup_steps: int | float, min_lr_ratio: float) -> None:
-    """One line for a setting AdamW or the schedule would reject late (a traceback from the optimizer) or accept and
-    misuse (a negative warmup)."""
-    checks = [("learning_rate", learning_rate, learning_rate > 0, "> 0"),
-              ("weight_decay", weight_decay, weight_decay >= 0, ">= 0"),
-              ("betas", list(betas), len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1)"),
-              ("adam_eps", adam_eps, adam_eps > 0, "> 0"),
-              ("warmup_steps", warmup_steps, warmup_steps >= 0, "steps (an integer >= 0) or a fraction of all steps "
-               "(0 <= float < 1)"),
-              ("min_lr_ratio", min_lr_ratio, 0 <= min_lr_ratio <= 1, "in [0, 1]")]
-    for name, value, ok, valid in checks:
-        if not ok:
-            raise ConfigError(f"model.{name}={value} is not valid; it must be {valid}")
+from plm_lightning.objectives.checkpoint_metadata import CHECKPOINT_KEY, CheckpointHooks
+from plm_lightning.objectives.optimization import OptimizationHooks, check_optimizer_settings
+from plm_lightning.objectives.step_metrics import StepHooks
 
 
-class PretrainingModule(L.LightningModule):
+class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.LightningModule):
     """Base class: subclasses set ``required_special_tokens`` and implement ``build`` and ``compute_loss``."""
 
     required_special_tokens: tuple[str, ...] = ("pad",)
@@ -282,34 +267,6 @@ class PretrainingModule(L.LightningModule):
             scale.apply_fully_shard(self, mesh)
         self._scaled = True
 
-    # -- optimisation -------------------------------------------------------------------------------------------
-    def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        groups = []
-        for params, lr in self.parameter_groups():
-            trainable = [p for p in params if p.requires_grad]
-            groups += [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": hp.weight_decay, "lr": lr},
-                       {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
-        optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=tuple(hp.betas), eps=hp.adam_eps,
-                                      fused=bool(hp.fused_optimizer and scale.fused_optimizer_fits(self.trainer)) or None)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        fraction = isinstance(hp.warmup_steps, float) and hp.warmup_steps < 1
-        warmup = int(hp.warmup_steps * total) if fraction else int(hp.warmup_steps)
-        schedule = lr_lambda(warmup, total, hp.lr_schedule, hp.min_lr_ratio)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
-        """(parameters, peak learning rate) pairs; biases and norms of each are not decayed."""
-        return [(list(self.parameters()), self.hparams.learning_rate)]
-
-    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:
-        if gradient_clip_val and scale.gradient_scaler(self.trainer) is None:
-            scale.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        else:
-            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
-
     # -- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Return at least ``loss`` (the total), ``lm_loss`` (the token cross-entropy perplexity is reported from),
@@ -337,146 +294,6 @@ class PretrainingModule(L.LightningModule):
         """The steps call the module (not ``compute_loss``) so FSDP2's root hooks run around the whole step."""
         compiled = getattr(self, "_compiled_loss", None)
         return compiled(self, batch) if compiled is not None else self.compute_loss(batch)
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        out = self(**batch)
-        tokens = int(batch["attention_mask"].sum())
-        loss_tokens = int(out["lm_targets"].numel())
-        self.tokens_seen += tokens * self.trainer.world_size
-        self.loss_tokens_seen += loss_tokens * self.trainer.world_size
-        self._set_flops(batch, loss_tokens, backward=True)
-        self.train_accuracy(out["lm_predictions"], out["lm_targets"])
-        bs = batch["input_ids"].shape[0]
-        for name, value in self._scalars(out).items():
-            self.log(f"train/{name}", value.detach(), prog_bar=name == "loss", batch_size=bs, sync_dist=True)
-        self.log("train/accuracy", self.train_accuracy, batch_size=bs)
-        self.log("train/tokens_seen", float(self.tokens_seen), batch_size=bs)
-        self.log("train/loss_tokens_seen", float(self.loss_tokens_seen), batch_size=bs)
-        return out["loss"]
-
-    @staticmethod
-    def _scalars(out: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The per-batch scalars to log: the total and auxiliary losses and rates (``lm_*`` go to the epoch metrics)."""
-        return {k: v for k, v in out.items() if not k.startswith("lm_") and v.ndim == 0}
-
-    def _set_flops(self, batch: dict[str, Tensor], loss_tokens: int, backward: bool) -> None:
-        """FLOPs of this batch, read by the ThroughputMFU callback after each step."""
-        b, n = batch["input_ids"].shape
-        self.flops_per_batch = training_flops(self.config, b, n, loss_tokens,
-                                              head_transform=self.lm_head.dense is not None, backward=backward)
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        out = self(**batch)
-        self._set_flops(batch, int(out["lm_targets"].numel()), backward=False)
-        self.val_lm_loss.update(out["lm_loss"], weight=out["lm_targets"].numel())
-        self.val_accuracy(out["lm_predictions"], out["lm_targets"])
-        bs = batch["input_ids"].shape[0]
-        for name, value in self._scalars(out).items():
-            self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
-        self.log("val/accuracy", self.val_accuracy, batch_size=bs)
-        names = getattr(getattr(self.trainer, "datamodule", None), "stream_names", None)
-        if "stream" in batch and names:
-            self._log_stream_losses(out, batch, names)
-
-    def _log_stream_losses(self, out: dict[str, Tensor], batch: dict[str, Tensor], names: list[str]) -> None:
-        """Multilingual data: the LM cross-entropy per language / parallel corpus (``val/lm_loss_<name>``,
-        token-weighted over the epoch; under DDP the values are rank 0's half of the validation set, since a rank
-        whose batch lacks a language logs nothing for it and a synced log would wait for it forever)."""
-        rows = torch.nonzero(batch["labels"] != IGNORE_INDEX)[:, 0]  # the row of each target, in lm_targets' order
-        if rows.numel() != out["lm_targets"].numel():
-            return
-        losses = out["lm_token_losses"]
-        stream = batch["stream"][rows]
-        for index, name in enumerate(names):
-            chosen = stream == index
-            if chosen.any():
-                self.log(f"val/lm_loss_{name}", losses[chosen].mean(), batch_size=int(chosen.sum()))
-
-    def on_validation_epoch_end(self) -> None:
-        """Token-weighted LM cross-entropy over the whole validation set, and its perplexity (auxiliary losses such
-        as NSP or SBO are logged separately and never enter the perplexity)."""
-        lm_loss = self.val_lm_loss.compute()
-        self.log("val/lm_loss", lm_loss, sync_dist=True)
-        self.log("val/perplexity", torch.exp(lm_loss.clamp(max=50)), sync_dist=True)
-        self.val_lm_loss.reset()
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
-
-    def on_test_epoch_end(self) -> None:
-        self.on_validation_epoch_end()
-
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        out = self(**batch)
-        return {"loss": out["loss"], "predictions": out["lm_predictions"], "targets": out["lm_targets"]}
-
-    # -- checkpoints --------------------------------------------------------------------------------------------
-    @property
-    def objective_name(self) -> str:
-        """The recipe's class name, as checkpoints record it. FSDP2's ``fully_shard`` swaps the root module's class
-        for ``FSDP<Name>``, a subclass of both ``FSDPModule`` and the recipe's class; the name is that of the first
-        class in the MRO that is not an ``FSDPModule``, so a sharded run's checkpoint resumes and exports like any
-        other."""
-        if not torch.distributed.is_available():
-            return type(self).__name__
-        from torch.distributed.fsdp import FSDPModule
-
-        return next(c for c in type(self).__mro__ if not issubclass(c, FSDPModule)).__name__
-
-    @property
-    def transformers_family(self) -> str | None:
-        """The transformers family ``export`` writes this model as, decided once (from the checkpoint it continues,
-        else from what the recipe computes) and recorded in every checkpoint; None when no family holds it."""
-        family = getattr(self, "_transformers_family", None)
-        if family is None:
-            from plm_lightning.interop.hf import family_of
-
-            try:
-                family = family_of(self.config, self.objective_name, getattr(self, "sentence_prediction", "none"))
-            except ConfigError:
-                return None
-            self._transformers_family = family
-        return family
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta: dict[str, Any] = {"objective": self.objective_name, "backbone": self.config.to_dict(),
-                                "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen,
-                                "family": self.transformers_family}
-        tokenizer = getattr(self, "tokenizer", None)
-        if tokenizer is not None:
-            meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
-                                 "kind": tokenizer.kind}
-        # Lightning does not save the global RNG; dropout after a resume must match an uninterrupted run
-        meta["rng"] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            meta["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-        checkpoint[CHECKPOINT_KEY] = meta
-        trainer = self._trainer
-        if trainer is not None and "optimizer_states" in checkpoint and not scale.numbers_by_module_order(trainer):
-            checkpoint["optimizer_states"] = [scale.number_by_module_order(state, optimizer, self)
-                                              for state, optimizer in zip(checkpoint["optimizer_states"],
-                                                                          trainer.optimizers)]
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = checkpoint.get(CHECKPOINT_KEY)
-        if meta is None:
-            raise ConfigError("ckpt_path: the checkpoint was not written by plm_lightning (no 'plm_lightning' entry)")
-        if meta["objective"] != self.objective_name:
-            raise ConfigError(f"ckpt_path: the checkpoint is from a {meta['objective']} recipe, not "
-                              f"{self.objective_name}; use the recipe it was trained with")
-        if meta["backbone"] != self.config.to_dict():
-            diff = sorted(k for k, v in meta["backbone"].items() if self.config.to_dict().get(k) != v)
-            raise ConfigError(f"ckpt_path: the checkpoint's backbone differs from model.backbone in {diff}")
-        trainer = self._trainer
-        if trainer is not None and trainer.ckpt_path and scale.numbers_by_module_order(trainer):
-            scale.reslice_strided_shards(self, trainer.optimizers, checkpoint, trainer.ckpt_path)
-        self.tokens_seen = meta.get("tokens_seen", 0)
-        self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
-        rng = meta.get("rng", {})
-        if "torch" in rng:
-            torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def final_layer_positions(labels: Tensor, keep_first: bool = False) -> tuple[Tensor, Tensor]:
