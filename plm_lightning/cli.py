@@ -17,10 +17,8 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 
 from plm_lightning.command_index import EXTRA_COMMANDS, answer_without_lightning
-from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import os_error_line
-from plm_lightning.objectives.base import PretrainingModule
 from plm_lightning.run_directory import claim_versions, find_last_checkpoint, follow_default_root_dir, lineage_of, run_directory
 
 
@@ -197,61 +195,9 @@ def _valid_keys(section: str, class_name: str | None = None) -> list[str]:
     class that section may name (a name is matched, never imported)."""
     import inspect as pyinspect
 
-    from plm_lightning.data import (
-        BARTDataModule,
-        CausalLMDataModule,
-        ERNIE2DataModule,
-        FIMDataModule,
-        GLMDataModule,
-        MaskedLMDataModule,
-        MASSDataModule,
-        MultilingualDataModule,
-        MultilingualSpanCorruptionDataModule,
-        ParallelDataModule,
-        PermutationLMDataModule,
-        RecurrentLMDataModule,
-        SpanCorruptionDataModule,
-        UL2DataModule,
-        UniLMDataModule,
-        WordEmbeddingDataModule,
-    )
-    from plm_lightning.finetune import (
-        ChoiceDataModule,
-        ClassificationDataModule,
-        MultipleChoice,
-        QADataModule,
-        SequenceClassifier,
-        SpanExtractor,
-        TaggingDataModule,
-        TextToText,
-        TextToTextDataModule,
-        TokenClassifier,
-        WordTagger,
-    )
-    from plm_lightning.objectives import (
-        ELECTRA,
-        ERNIE2,
-        CausalLM,
-        CoVe,
-        DistilBERT,
-        ELMo,
-        FastText,
-        GloVe,
-        MaskedLM,
-        PermutationLM,
-        Seq2SeqLM,
-        Word2Vec,
-    )
+    from plm_lightning.registry import lightning_classes
 
-    classes = {"model": [MaskedLM, DistilBERT, ERNIE2, ELECTRA, Seq2SeqLM, CausalLM, PermutationLM, PretrainingModule, Word2Vec,
-                         FastText, GloVe, ELMo, CoVe, SequenceClassifier, TokenClassifier, SpanExtractor,
-                         MultipleChoice, TextToText, WordTagger],
-               "data": [MaskedLMDataModule, MultilingualDataModule, ERNIE2DataModule, SpanCorruptionDataModule,
-                        MultilingualSpanCorruptionDataModule, UL2DataModule, MASSDataModule, BARTDataModule,
-                        GLMDataModule, UniLMDataModule, FIMDataModule, PermutationLMDataModule, RecurrentLMDataModule,
-                        CausalLMDataModule, TextDataModule, WordEmbeddingDataModule, ParallelDataModule,
-                        ClassificationDataModule, TaggingDataModule, QADataModule, ChoiceDataModule,
-                        TextToTextDataModule]}
+    classes: dict[str, list[type]] = {"model": lightning_classes("model"), "data": lightning_classes("data")}
     if section.split(".")[0] == "trainer":
         import lightning as L
 
