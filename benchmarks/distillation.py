@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import interleaved_timing, step_parser
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.objectives import DistilBERT, MaskedLM
-from plm_lightning.objectives.base import CHECKPOINT_KEY
 
 
 def main() -> None:

@@ -88,7 +88,7 @@ class PLMCLI(LightningCLI):
         with ``_``, Lightning's ``_class_path`` and ``_instantiator``, dropped)."""
         import torch
 
-        from plm_lightning.objectives.base import CHECKPOINT_KEY
+        from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 
         try:
             ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")

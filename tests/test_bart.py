@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.corruption.bart_noise import BARTNoise, bart_noise, mask_words, permute_sentences, rotate
 from plm_lightning.data.corruption.poisson_spans import poisson_span_lengths
 from plm_lightning.objectives import Seq2SeqLM
-from plm_lightning.objectives.base import CHECKPOINT_KEY
 from tests.conftest import decoder_logits, seq2seq_batch, spread_biases
 
 BOS, EOS, MASK = 0, 2, 4

@@ -130,7 +130,7 @@ def test_fine_tuning_reads_the_input_as_the_pretrained_prefix(fraction, causal, 
     changed[0, -1] = 5  # the last token: a causal first position never sees it, a bidirectional one does
     first = [model.backbone(x, torch.ones_like(x)).last_hidden_state[0, 0] for x in (ids, changed)]
     assert torch.equal(first[0], first[1]) is causal
-    from plm_lightning.finetune.export import finetuned_to_hf
+    from plm_lightning.interop.task_heads import finetuned_to_hf
 
     checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
     model.on_save_checkpoint(checkpoint)

@@ -4,9 +4,9 @@ terms, the teacher stays frozen, and the recipe trains from its config."""
 import pytest
 import torch
 
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives import DistilBERT, MaskedLM
-from plm_lightning.objectives.base import CHECKPOINT_KEY
 from tests.conftest import ROOT, masked_batch, run_cli
 
 

@@ -126,8 +126,8 @@ transformers = pytest.importorskip("transformers")
 def test_greedy_generation_matches_transformers(kind, architecture, start, tmp_path):
     """Exported to transformers, the same model decodes the same tokens with its ``generate`` (every forced-token
     and n-gram rule of the transformers generation config switched off)."""
+    from plm_lightning.checkpoint_format import CHECKPOINT_KEY
     from plm_lightning.interop import export_checkpoint
-    from plm_lightning.objectives.base import CHECKPOINT_KEY
 
     model = MODELS[kind]
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
@@ -189,8 +189,8 @@ def test_left_padded_prompts_continue_as_each_prompt_alone(kind, cache):
 
 
 def test_left_padded_generation_matches_transformers_generate(tmp_path):
+    from plm_lightning.checkpoint_format import CHECKPOINT_KEY
     from plm_lightning.interop import export_checkpoint
-    from plm_lightning.objectives.base import CHECKPOINT_KEY
 
     model = MODELS["gpt"]
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),

@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data import SpanCorruptionCollator, SpanCorruptionDataModule
 from plm_lightning.data.block_datasets import BlockDataset
 from plm_lightning.data.corruption import IGNORE_INDEX
@@ -22,7 +23,6 @@ from plm_lightning.data.corruption.t5_span import (
 )
 from plm_lightning.data.tokenizer import train_tokenizer
 from plm_lightning.objectives import Seq2SeqLM
-from plm_lightning.objectives.base import CHECKPOINT_KEY
 from tests.conftest import decoder_logits, seq2seq_batch, spread_biases
 
 

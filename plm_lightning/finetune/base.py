@@ -2,7 +2,7 @@
 transfer study, the same architecture from random weights), AdamW with BERT's warm-up and linear decay (Devlin et al.
 2019, A.3), the data handshake (the model's tokenizer goes to the data, the data's label set is checked against the
 head), validation loss and metrics with the data's majority baseline beside them, and checkpoints that ``export``
-writes as transformers head models (``finetune.export``)."""
+writes as transformers head models (``interop.task_heads``)."""
 
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ class FinetuneModule(L.LightningModule):
 
     def load_head(self, init_from: str | None) -> None:
         """Bring the head of a transformers ``*For<Task>`` directory of this task along (not with ``random_init``)."""
-        from plm_lightning.finetune.export import TASK_SUFFIX, load_hf_head
         from plm_lightning.interop.io import is_hf_directory
+        from plm_lightning.interop.task_heads import TASK_SUFFIX, load_hf_head
 
         if init_from and not self.hparams.get("random_init") and type(self).__name__ in TASK_SUFFIX \
                 and is_hf_directory(init_from):
@@ -179,7 +179,7 @@ class FinetuneModule(L.LightningModule):
 
     # -- checkpoints ---------------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from plm_lightning.objectives.base import CHECKPOINT_KEY
+        from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 
         tok = self.tokenizer
         checkpoint[CHECKPOINT_KEY] = {
@@ -189,7 +189,7 @@ class FinetuneModule(L.LightningModule):
             "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from plm_lightning.objectives.base import CHECKPOINT_KEY
+        from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 
         meta = checkpoint.get(CHECKPOINT_KEY, {})
         if meta.get("objective") not in (None, type(self).__name__):

@@ -144,7 +144,7 @@ class WordTagger(FinetuneModule):
         metrics.update(outputs.argmax(-1), batch["labels"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from plm_lightning.objectives.base import CHECKPOINT_KEY
+        from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 
         checkpoint[CHECKPOINT_KEY] = {"objective": type(self).__name__, "labels": list(self.labels),
                                       "features": self.features.kind}

@@ -8,12 +8,11 @@ from typing import Any
 
 import torch
 
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.errors import ConfigError
-from plm_lightning.finetune.export import TASK_SUFFIX, finetuned_to_hf
 from plm_lightning.interop.hf import config_from_hf, family_of, from_hf, hf_config, to_hf
+from plm_lightning.interop.task_heads import TASK_SUFFIX, finetuned_to_hf
 from plm_lightning.nn.config import BackboneConfig
-from plm_lightning.objectives.base import CHECKPOINT_KEY
-from plm_lightning.objectives.nesting import nested_construction
 
 TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
 SPECIAL_TOKEN_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id",
@@ -21,7 +20,7 @@ SPECIAL_TOKEN_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_tok
 """The token-id fields an import records, so export writes them back as they were."""
 
 
-def _safetensors():  # noqa: ANN202
+def safetensors_module():  # noqa: ANN202
     try:
         import safetensors.torch
     except ImportError as err:
@@ -54,7 +53,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
-def _tokenizer_from_meta(meta: dict[str, Any]):  # noqa: ANN202
+def tokenizer_from_meta(meta: dict[str, Any]):  # noqa: ANN202
     from tokenizers import Tokenizer
 
     from plm_lightning.data.tokenizer import TextTokenizer
@@ -111,7 +110,7 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     elif part != "discriminator":
         raise ConfigError(f"export: --part generator is for ELECTRA checkpoints; '{ckpt_path}' holds a "
                           f"{meta['objective']}")
-    tokenizer = _tokenizer_from_meta(meta)
+    tokenizer = tokenizer_from_meta(meta)
     sentence = hparams.get("sentence_prediction", "none")
     family = family_of(cfg, meta["objective"], sentence, part, meta.get("family"))
     out = Path(out_dir)
@@ -120,7 +119,7 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     except OSError as err:
         raise ConfigError(f"export: cannot write to '{out}': {err.strerror} ('{err.filename}')") from err
     tensors = to_hf(state, cfg, family)
-    _safetensors().save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    safetensors_module().save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(cfg, family, tokenizer.ids if tokenizer else {})
     config.update({k: v for k, v in meta.get("special_token_ids", {}).items() if k in config})  # as imported
     (out / "config.json").write_text(json.dumps(config, indent=2))
@@ -129,7 +128,7 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     return config["architectures"][0]
 
 
-def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     st = directory / "model.safetensors"
     binary = directory / "pytorch_model.bin"
     if not st.is_file() and not binary.is_file():
@@ -137,7 +136,7 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     file = st if st.is_file() else binary
     try:
         if file is st:
-            return _safetensors().load_file(str(st))
+            return safetensors_module().load_file(str(st))
         return torch.load(binary, map_location="cpu", weights_only=True)
     except ConfigError:
         raise
@@ -201,7 +200,7 @@ def _electra_generator(gen_dir: str | Path, disc: BackboneConfig) -> tuple[dict[
                           "size dividing the discriminator's and a 4x feed-forward")
     hparams = {"generator_size_divisor": disc.hidden_size // gen.hidden_size, "generator_num_layers": gen.num_layers,
                "generator_num_heads": gen.num_heads}
-    weights = _from_hf(_read_hf_weights(directory), gen, family, directory)
+    weights = _from_hf(read_hf_weights(directory), gen, family, directory)
     ours = {("generator." + k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in weights.items()}
     return hparams, ours
 
@@ -225,7 +224,7 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
 
     directory, config = _read_hf_dir(hf_dir)
     family, cfg, objective = _config_from_hf(directory, config)
-    ours = _from_hf(_read_hf_weights(directory), cfg, family, directory)
+    ours = _from_hf(read_hf_weights(directory), cfg, family, directory)
     cls = {"MaskedLM": MaskedLM, "CausalLM": CausalLM, "ELECTRA": ELECTRA, "Seq2SeqLM": Seq2SeqLM,
            "PermutationLM": PermutationLM}[objective]
     preset = "xlnet-base" if objective == "PermutationLM" else "bert-base"
@@ -244,6 +243,8 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
             ours.update({k: v for k, v in gen_weights.items() if not k.startswith(shared)})
     elif generator_dir is not None:
         raise ConfigError(f"import: --generator is for ELECTRA discriminators; '{hf_dir}' is a {family}")
+    from plm_lightning.objectives.nesting import nested_construction
+
     with nested_construction():
         module = cls(**hparams, vocab_size=cfg.vocab_size)
     missing, unexpected = module.load_state_dict(ours, strict=False)
@@ -309,12 +310,14 @@ def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None,
                           f"{', '.join(allowed)}")
     hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
     hparams.update(backbone_overrides=meta["backbone"], vocab_size=meta["backbone"]["vocab_size"], init_from=None)
+    from plm_lightning.objectives.nesting import nested_construction
+
     with nested_construction():
         model = getattr(module, meta["objective"])(**hparams)
     model.load_state_dict(ckpt["state_dict"], strict=False)
     model.source_family = _base_family(ckpt)
     model.pretraining_data = dict(ckpt.get("datamodule_hyper_parameters") or {})  # how it was pretrained
-    tokenizer = _tokenizer_from_meta(meta)
+    tokenizer = tokenizer_from_meta(meta)
     if tokenizer is None:
         raise ConfigError(f"{purpose}: '{path}' has no tokenizer; train with this package or export one with it")
     return model.eval(), tokenizer

@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives import scale
-
-CHECKPOINT_KEY = "plm_lightning"
 
 
 class CheckpointHooks:

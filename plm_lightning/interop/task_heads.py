@@ -52,9 +52,9 @@ def architecture_of(head: str, family: str | None) -> str:
 
 def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
     """Write a fine-tuned checkpoint of ours as a transformers task model directory; returns the architecture."""
+    from plm_lightning.checkpoint_format import CHECKPOINT_KEY
     from plm_lightning.interop.hf import hf_config, to_hf
-    from plm_lightning.interop.io import _safetensors, _tokenizer_from_meta
-    from plm_lightning.objectives.base import CHECKPOINT_KEY
+    from plm_lightning.interop.io import safetensors_module, tokenizer_from_meta
 
     meta = checkpoint[CHECKPOINT_KEY]
     head, family, labels = meta["objective"], meta.get("family"), meta.get("labels") or []
@@ -76,7 +76,7 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
         backbone["lm_head.weight"] = backbone["backbone.embeddings.token.weight"]
     tensors = {k: v for k, v in to_hf(backbone, cfg, family).items() if k != "lm_head.weight" and not k.startswith("cls.")}
     tensors.update({hf: state[ours].clone() for ours, hf in pairs})
-    tokenizer = _tokenizer_from_meta(meta)
+    tokenizer = tokenizer_from_meta(meta)
     config = hf_config(cfg, family, tokenizer.ids if tokenizer else {})
     config["architectures"] = [architecture_of(head, family)]
     num_labels = meta.get("num_labels") or max(1, len(labels))
@@ -90,7 +90,7 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
         config["pad_token_id"] = None  # GPT-2 pads with its end-of-text token, which also ends every example here
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _safetensors().save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"),
+    safetensors_module().save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"),
                              metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
     if tokenizer is not None:
@@ -101,13 +101,13 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
 def load_hf_head(module: nn.Module, head: str, family: str | None, hf_dir: str | Path) -> bool:
     """Copy the head of a transformers ``*For<Task>`` directory into ``module`` when its class is ``head``'s task;
     False (the head stays fresh) for any other class. A label count that differs is a ConfigError."""
-    from plm_lightning.interop.io import _read_hf_weights
+    from plm_lightning.interop.io import read_hf_weights
 
     directory = Path(hf_dir)
     config = json.loads((directory / "config.json").read_text())
     if not any(a.endswith(TASK_SUFFIX[head]) for a in config.get("architectures") or []):
         return False
-    weights: dict[str, Tensor] = _read_hf_weights(directory)
+    weights: dict[str, Tensor] = read_hf_weights(directory)
     own = module.state_dict()
     for ours, hf in head_pairs(head, family):
         if hf not in weights:
