@@ -3,3 +3,7 @@ family, token counters, RNG state). Its own module, so that the readers of check
 need not import the objectives, and the objectives need not import the readers."""
 
 CHECKPOINT_KEY = "plm_lightning"
+
+WORD_VECTOR_OBJECTIVES = ("Word2Vec", "FastText", "GloVe")
+"""The objectives whose checkpoints hold static word vectors (``export`` writes them in the word2vec text format);
+``objectives.static_embeddings.STATIC_OBJECTIVES`` maps these names to their classes."""

@@ -171,14 +171,16 @@ def run_predict(argv: list[str]) -> None:
 
 def _static_embeddings(path: str):  # noqa: ANN202
     """The static-embedding module of a checkpoint (word2vec, fastText, GloVe), or None for any other checkpoint."""
+    from plm_lightning.checkpoint_format import CHECKPOINT_KEY, WORD_VECTOR_OBJECTIVES
     from plm_lightning.interop.io import is_hf_directory, load_checkpoint
-    from plm_lightning.objectives.static_embeddings import STATIC_OBJECTIVES, load_static_embeddings
 
     if is_hf_directory(path):
         return None
     checkpoint = load_checkpoint(path)
-    if checkpoint.get("plm_lightning", {}).get("objective") not in STATIC_OBJECTIVES:
+    if checkpoint.get(CHECKPOINT_KEY, {}).get("objective") not in WORD_VECTOR_OBJECTIVES:
         return None
+    from plm_lightning.objectives.static_embeddings import load_static_embeddings  # Lightning: only for these
+
     return load_static_embeddings(checkpoint)
 
 

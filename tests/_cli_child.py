@@ -11,6 +11,7 @@ import sys
 
 import plm_lightning.cli  # noqa: F401 - what a new interpreter would spend its seconds on
 import plm_lightning.commands  # noqa: F401
+import plm_lightning.recipe_cli  # noqa: F401
 
 
 def become_cli(args: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str) -> int:

@@ -151,7 +151,7 @@ def test_plm_debug_shows_traceback(tmp_path):
 
 
 def test_json_config_roundtrip_of_cli_defaults():
-    from plm_lightning.cli import default_config_files
+    from plm_lightning.recipe_cli import default_config_files
 
     for path in default_config_files():
         assert Path(path).is_file()

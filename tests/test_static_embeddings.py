@@ -191,3 +191,11 @@ def test_static_inspect(recipe, tmp_path):
         assert stats["nonzero_counts"] > 10_000 and 0 < stats["density"] < 1
     view = run_cli(["inspect", "--config", str(ROOT / "configs" / f"{recipe}.yaml")], cwd=tmp_path)
     assert ("skipgram examples" if recipe == "word2vec" else "co-occurrence counts") in view.stdout
+
+
+def test_checkpoint_readers_know_the_word_vector_objectives_by_name():
+    """``export`` decides from the checkpoint's objective name, before importing the objectives (and Lightning)."""
+    from plm_lightning.checkpoint_format import WORD_VECTOR_OBJECTIVES
+    from plm_lightning.objectives.static_embeddings import STATIC_OBJECTIVES
+
+    assert tuple(STATIC_OBJECTIVES) == WORD_VECTOR_OBJECTIVES

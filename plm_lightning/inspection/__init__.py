@@ -21,7 +21,8 @@ from plm_lightning.nn.masks import ATTENTION_KINDS
 
 def build_datamodule(configs: list[str], overrides: list[str], prepare: bool = True) -> tuple[TextDataModule, Any]:
     """Instantiate the recipe exactly as ``fit`` would, and (with ``prepare``) prepare its data."""
-    from plm_lightning.cli import PLMCLI, check_config_files
+    from plm_lightning.cli import check_config_files
+    from plm_lightning.recipe_cli import PLMCLI
 
     args = [a for c in configs for a in ("--config", c)] + overrides
     check_config_files(args)

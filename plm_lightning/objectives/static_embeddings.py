@@ -23,10 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.static import WordVocabulary
 from plm_lightning.errors import ConfigError
-
-CHECKPOINT_KEY = "plm_lightning"
 
 
 def fnv1a(text: str) -> int:
