@@ -265,6 +265,8 @@ def run_arena(argv: list[str]) -> None:
                              "report gives mean ± sd and judges claims by two standard errors (3 or more)")
     parser.add_argument("--random-init", default="",
                         help="comma-separated recipes also fine-tuned from random weights (the control arm)")
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
+                        help="where every run trains: cpu (the recipes' fp32) or gpu (one CUDA device, bf16-mixed)")
     parser.add_argument("--page", type=Path, default=None,
                         help="also write the report as this Markdown page, its figures in a folder of its name")
     parser.add_argument("--configs-dir", default="configs", help="where the recipes are")
@@ -280,7 +282,7 @@ def run_arena(argv: list[str]) -> None:
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
         prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit, seeds=args.seeds,
-        random_init=split_recipes(args.random_init))
+        random_init=split_recipes(args.random_init), accelerator=args.accelerator)
     results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
     files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *argv]))
     if args.page is not None:

@@ -24,6 +24,7 @@ TINY = dict(hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, seq
     ({"prompt_limit": 0}, "--prompt-limit=0 must be >= 1"),
     ({"seeds": 0}, "--seeds=0 must be >= 1"),
     ({"random_init": ("albert",)}, "--random-init albert is not in --recipes"),
+    ({"accelerator": "tpu"}, "--accelerator 'tpu' is not cpu or gpu"),
 ])
 def test_bad_settings_are_one_line_errors(changes: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -40,6 +41,8 @@ def test_recipe_variants_are_points_of_one_recipe() -> None:
     assert args[:2] == ["--config", f"{CONFIGS}/continuum.yaml"] and args[2:-2] == config.overrides()
     assert args[-2:] == ["--data.bidirectional_fraction=0.25", "--data.prediction=masked"]  # after the arena's shape
     assert recipe_variant("bert") == ("bert", {})
+    assert config.device_args() == [] and "--trainer.precision=bf16-mixed" in ArenaConfig(
+        **{**TINY, "accelerator": "gpu"}).device_args()
     for bad, words in (("continuum[bidirectional_fraction=1]", "dotted key"), ("bert]", "is not NAME"),
                        ("nope[data.x=1]", "no recipe nope[data.x=1]")):
         with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):

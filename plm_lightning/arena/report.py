@@ -335,7 +335,9 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
               "anything between is *inconclusive at this scale*.", "",
               "| claim | source | verdict | evidence |", "|---|---|---|---|"]
     lines += [f"| {c.statement} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
-    lines += ["", "A verdict measures these tiny models and budgets, not the claim at the papers' scale.", "",
+    lines += ["", "A verdict measures these tiny models and budgets, not the claim at the papers' scale. Ten times the "
+              "compute on a GPU: the same command with each `--budget-flops` value times ten and `--accelerator gpu` "
+              "(every run on one CUDA device in bf16-mixed).", "",
               "## Scores (mean ± standard deviation over seeds)", "",
               *_markdown(summary_header, _summary(results, config)), "",
               "![validation loss vs FLOPs](loss_vs_flops.png)", "", "![downstream vs FLOPs](downstream_vs_flops.png)",

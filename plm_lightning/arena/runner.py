@@ -80,6 +80,8 @@ class ArenaConfig:
             so that every score has a mean and a standard deviation and a claim a standard error.
         random_init: Recipes whose fine-tuning is repeated from random weights of the same architecture and
             tokenizer (``--model.random_init``): the control arm of "pretraining helps downstream".
+        accelerator: ``cpu`` (the recipes' own fp32 settings) or ``gpu`` (every pretraining and fine-tuning run on
+            one CUDA device in bf16-mixed).
     """
 
     recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -100,6 +102,7 @@ class ArenaConfig:
     prompt_limit: int | None = None
     seeds: int = 1
     random_init: tuple[str, ...] = ()
+    accelerator: str = "cpu"
 
     def __post_init__(self) -> None:
         if not self.recipes:
@@ -117,6 +120,8 @@ class ArenaConfig:
         if "lama" in self.downstream and not is_world_spec(self.data or ""):
             raise ConfigError(f"arena: --downstream lama probes the synthetic world's facts, so the recipes must be "
                               f"pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
+        if self.accelerator not in ("cpu", "gpu"):
+            raise ConfigError(f"arena: --accelerator {self.accelerator!r} is not cpu or gpu")
         unknown = [r for r in self.random_init if r not in self.recipes]
         if unknown:
             raise ConfigError(f"arena: --random-init {', '.join(unknown)} is not in --recipes")
@@ -134,6 +139,12 @@ class ArenaConfig:
             found = sorted(p.stem for p in Path(self.configs_dir).glob("*.yaml"))
             raise ConfigError(f"arena: no recipe {', '.join(missing)} in {self.configs_dir}/ (valid: "
                               f"{', '.join(found) or 'none: run from the repository root or pass --configs-dir'})")
+
+    def device_args(self) -> list[str]:
+        """The trainer options of every run on the arena's accelerator (none on CPU: the recipes' own)."""
+        if self.accelerator == "cpu":
+            return []
+        return ["--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed"]
 
     def recipe_file(self, recipe: str) -> Path:
         return Path(self.configs_dir) / f"{recipe_variant(recipe)[0]}.yaml"
@@ -331,7 +342,8 @@ class Arena:
         where = self.dir / "runs" / name
         interval = max(1, steps // config.evaluations)
         code, line, rows = self._fit(
-            [*config.recipe_args(recipe), *seed_args(seed), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+            [*config.recipe_args(recipe), *seed_args(seed), *config.device_args(), f"--trainer.max_steps={steps}",
+             "--trainer.max_epochs=-1",
              f"--trainer.val_check_interval={interval}", "--trainer.check_val_every_n_epoch=null",
              f"--trainer.limit_val_batches={config.val_batches}"], where)
         if code != 0:
@@ -403,7 +415,8 @@ class Arena:
         code, line, rows = self._fit(
             ["--config", str(Path(self.config.configs_dir) / "finetune" / f"{task}.yaml"),
              f"--model.init_from={checkpoint}", *(["--model.random_init=true"] if random_init else []),
-             *seed_args(result.seed, data=False), f"--trainer.max_steps={steps}", "--trainer.max_epochs=-1",
+             *seed_args(result.seed, data=False), *self.config.device_args(), f"--trainer.max_steps={steps}",
+             "--trainer.max_epochs=-1",
              f"--trainer.val_check_interval={steps}", "--trainer.check_val_every_n_epoch=null"], where)
         metric = DOWNSTREAM[task]
         scores = [row[metric] for row in rows if metric in row]
