@@ -142,14 +142,12 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
     instead of retraining."""
     args = ["arena", "--recipes", "t5,bart", "--budget-flops", "2e9", "--dir", str(tmp_path / "a"), "--downstream",
             "code-or-prose,lama,prompt-next-sentence", "--data", WORLD_SPEC, "--finetune-steps", "3", "--evaluations", "2",
-            "--val-batches", "2", "--prompt-limit", "200", "--seeds", "2",
+            "--val-batches", "2", "--prompt-limit", "200",
             "--configs-dir", CONFIGS, *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
     res = run_cli(args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    saved = {p.name.split("@")[0]: p for p in (tmp_path / "a" / "results").glob("*@2e+09.json")}
+    saved = {p.name.split("@")[0]: p for p in (tmp_path / "a" / "results").glob("*.json")}
     t5, bart = (json.loads(saved[r].read_text()) for r in ("t5", "bart"))
-    again_t5 = json.loads((tmp_path / "a" / "results" / "t5@2e+09~s1.json").read_text())  # the second seed
-    assert again_t5["seed"] == 1 and again_t5["steps"] == t5["steps"] and again_t5["val_curve"] != t5["val_curve"]
     for result in (t5, bart):
         assert result["flops"] >= 2e9 > result["flops"] - result["flops_per_step"]  # the budget, to one step
         assert len(result["val_curve"]) >= 2 and result["downstream"]["code-or-prose"] > 0
@@ -164,12 +162,49 @@ def test_cli_arena_trains_two_recipes_to_the_budget_scores_and_continues(tmp_pat
         assert (tmp_path / "a" / name).stat().st_size > 100
     config = ArenaConfig(recipes=("t5", "bart"), budgets=(2e9,), downstream=("code-or-prose", "lama",
                                                                                "prompt-next-sentence"),
-                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, prompt_limit=200, seeds=2,
-                         **TINY)
+                         finetune_steps=3, evaluations=2, val_batches=2, data=WORLD_SPEC, prompt_limit=200, **TINY)
     said: list[str] = []
     again = Arena(config, tmp_path / "a", log=said.append).run()  # nothing left to train: the saved results
-    assert [(r.recipe, r.seed) for r in again] == [("t5", 0), ("bart", 0), ("t5", 1), ("bart", 1)]
-    assert all("done earlier" in m for m in said)
+    assert [r.recipe for r in again] == ["t5", "bart"] and all("done earlier" in m for m in said)
     assert again[0].downstream == t5["downstream"]
     with pytest.raises(ConfigError, match="another size"):
         Arena(ArenaConfig(**{**config.__dict__, "seq_len": 64}), tmp_path / "a")
+
+
+def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, monkeypatch, capsys) -> None:
+    """``arena --seeds 2 --random-init bert`` from the CLI: every (seed, recipe) run once, seed by seed, each
+    pretraining and fine-tuning with its own seeds (seed 0: the recipe's), the random-init control for the named
+    recipe, a result file per seed, the page published; a re-run trains nothing. The training itself is the slow
+    CLI test's (one seed) and the published arena's; here ``fit`` is replaced by a recorder."""
+    from plm_lightning.arena import runner
+    from tests.conftest import cli_output
+
+    fits: list[list[str]] = []
+
+    def fake_fit(self, args, where):  # noqa: ANN001, ANN202
+        fits.append(args)
+        (where / "v" / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (where / "v" / "checkpoints" / "last.ckpt").write_bytes(b"")
+        seed = next((int(a.split("=")[1]) for a in args if a.startswith("--seed_everything=")), 0)
+        return 0, "", [{"step": 1, "val/loss": 3.0 - seed, "val/f1": 0.5 + 0.1 * seed}]
+
+    monkeypatch.setattr(runner, "measure_recipe", lambda config, recipe: {
+        "objective": "MaskedLM", "flops_per_step": 1e9, "parameters": 10, "seconds_per_step": 0.1, "statistics": {}})
+    monkeypatch.setattr(runner.Arena, "_fit", fake_fit)
+    args = ["arena", "--recipes", "bert,electra", "--budget-flops", "2e9", "--downstream", "cloze-spans",
+            "--seeds", "2", "--random-init", "bert", "--dir", str(tmp_path / "a"), "--page", str(tmp_path / "page.md"),
+            "--configs-dir", CONFIGS]
+    report = cli_output(args, capsys)
+    names = sorted(p.name for p in (tmp_path / "a" / "results").glob("*.json"))
+    assert names == ["bert@2e+09.json", "bert@2e+09~s1.json", "electra@2e+09.json", "electra@2e+09~s1.json"]
+    pretraining = [a for a in fits if any(x.endswith("bert.yaml") or x.endswith("electra.yaml") for x in a)]
+    assert [next((x for x in a if x.startswith("--seed_everything")), None) for a in pretraining] == \
+        [None, None, "--seed_everything=1", "--seed_everything=1"]  # seed by seed; seed 0 keeps the recipe's
+    assert "--data.seed=1235" in pretraining[2]
+    random = [a for a in fits if "--model.random_init=true" in a]
+    assert len(random) == 2 and "--seed_everything=1" in random[1] and "--data.seed=1235" not in random[1]
+    assert "0.5500 ± 0.0707" in report and (tmp_path / "page" / "downstream_vs_flops.png").is_file()
+    assert "](page/loss_vs_flops.png)" in (tmp_path / "page.md").read_text()
+    fits.clear()
+    cli_output(args, capsys)
+    assert fits == []  # every seed's result was saved: nothing is trained again
