@@ -267,6 +267,8 @@ def run_arena(argv: list[str]) -> None:
                         help="comma-separated recipes also fine-tuned from random weights (the control arm)")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="where every run trains: cpu (the recipes' fp32) or gpu (one CUDA device, bf16-mixed)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: report the results saved in --dir so far (an arena stopped part-way)")
     parser.add_argument("--page", type=Path, default=None,
                         help="also write the report as this Markdown page, its figures in a folder of its name")
     parser.add_argument("--configs-dir", default="configs", help="where the recipes are")
@@ -283,7 +285,8 @@ def run_arena(argv: list[str]) -> None:
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
         prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit, seeds=args.seeds,
         random_init=split_recipes(args.random_init), accelerator=args.accelerator)
-    results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr)).run()
+    arena = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr))
+    results = arena.saved() if args.report_only else arena.run()
     files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *argv]))
     if args.page is not None:
         files["page"] = publish_page(files, args.page)

@@ -208,3 +208,7 @@ def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, 
     fits.clear()
     cli_output(args, capsys)
     assert fits == []  # every seed's result was saved: nothing is trained again
+    (tmp_path / "a" / "results" / "electra@2e+09~s1.json").unlink()
+    partial = cli_output([*args[:args.index("--seeds")], "--seeds", "3", *args[args.index("--seeds") + 2:],
+                          "--report-only"], capsys)
+    assert fits == [] and "| electra | 2e+09 | 1 |" in partial and "| bert | 2e+09 | 2 |" in partial

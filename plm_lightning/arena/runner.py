@@ -286,6 +286,12 @@ class Arena:
                     results.append(self._run_or_load(recipe, budget, seed))
         return results
 
+    def saved(self) -> list[RunResult]:
+        """The results saved so far, in run order (what ``--report-only`` reports; nothing is trained)."""
+        paths = [self.result_path(recipe, budget, seed) for seed in range(self.config.seeds)
+                 for budget in self.config.budgets for recipe in self.config.recipes]
+        return [RunResult(**json.loads(p.read_text(encoding="utf-8"))) for p in paths if p.is_file()]
+
     def _run_or_load(self, recipe: str, budget: float, seed: int) -> RunResult:
         path = self.result_path(recipe, budget, seed)
         result = RunResult(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
