@@ -287,7 +287,8 @@ def run_arena(argv: list[str]) -> None:
         random_init=split_recipes(args.random_init), accelerator=args.accelerator)
     arena = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr))
     results = arena.saved() if args.report_only else arena.run()
-    files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *argv]))
+    ran = [a for a in argv if a != "--report-only"]  # the command that trains the runs reported
+    files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *ran]))
     if args.page is not None:
         files["page"] = publish_page(files, args.page)
     print(files["report"].read_text(encoding="utf-8"))
@@ -295,13 +296,13 @@ def run_arena(argv: list[str]) -> None:
 
 
 def publish_page(files: dict[str, Path], page: Path) -> Path:
-    """The arena's ``report.md`` as ``page``, its figures copied to ``<page's stem>/`` beside it."""
+    """The arena's ``report.md`` as ``page``, its figures and ``results.csv`` copied to ``<page's stem>/`` beside it."""
     import shutil
 
     figures = page.parent / page.stem
     figures.mkdir(parents=True, exist_ok=True)
     text = files["report"].read_text(encoding="utf-8")
-    for key in ("loss_plot", "downstream_plot"):
+    for key in ("loss_plot", "downstream_plot", "csv"):
         shutil.copyfile(files[key], figures / files[key].name)
         text = text.replace(f"]({files[key].name})", f"]({page.stem}/{files[key].name})")
     page.write_text(text, encoding="utf-8")

@@ -229,8 +229,8 @@ def _summary(results: list[RunResult], config: ArenaConfig) -> list[list[str]]:
                 continue
             cells = [_per_seed(runs, lambda r: r.val_loss)]
             cells += [_per_seed(runs, lambda r, t=t: r.downstream.get(t)) for t in tasks]
-            cells += [_per_seed(runs, lambda r, t=t: r.random_init.get(t)) for t in tasks if t in DOWNSTREAM
-                      and recipe in config.random_init]
+            cells += [_per_seed(runs, lambda r, t=t: r.random_init.get(t)) if recipe in config.random_init else None
+                      for t in tasks if t in DOWNSTREAM and config.random_init]
             rows.append([recipe, f"{budget:.3g}", str(len(runs)), str(runs[0].steps), f"{runs[0].parameters:,}",
                          *("" if c is None else str(c).replace(f" (n={len(runs)})", "") for c in cells)])
     return rows
@@ -264,26 +264,36 @@ def _plots(results: list[RunResult], config: ArenaConfig, out: Path) -> None:
     fig.savefig(out / "loss_vs_flops.png", dpi=110)
     plt.close(fig)
     tasks = list(config.downstream)
-    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.5 * max(1, len(tasks)), 4.2), squeeze=False)
+    single = len(config.budgets) == 1  # one budget: recipes side by side, not a FLOPs axis a step wide
+    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.5 * max(1, len(tasks)), 4.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = DOWNSTREAM.get(task) or ("accuracy" if task in PROMPTS else "P@1")
-        for recipe in config.recipes:
+        for index, recipe in enumerate(config.recipes):
             points = []
             for b in config.budgets:
                 runs = _runs(results, recipe, b)
                 score = _per_seed(runs, lambda r, t=task: r.downstream.get(t))
                 if score is not None:
-                    points.append((statistics.fmean(r.flops for r in runs), score))
-            if points:
-                line = ax.errorbar([p[0] for p in points], [p[1].mean for p in points],
-                                   yerr=[p[1].std or 0.0 for p in points], marker="o", capsize=3, label=recipe)
-                scratch = _per_seed(_runs(results, recipe, budget), lambda r, t=task: r.random_init.get(t))
-                if scratch is not None:
-                    ax.axhline(scratch.mean, linestyle="--", linewidth=1, color=line[0].get_color(),
-                               label=f"{recipe} from random weights")
-        ax.set_xscale("log")
-        ax.set_xlabel("pretraining FLOPs")
-        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+                    points.append((index if single else statistics.fmean(r.flops for r in runs), score))
+            if not points:
+                continue
+            line = ax.errorbar([p[0] for p in points], [p[1].mean for p in points],
+                               yerr=[p[1].std or 0.0 for p in points], marker="o", capsize=3, label=recipe)
+            scratch = _per_seed(_runs(results, recipe, budget), lambda r, t=task: r.random_init.get(t))
+            if scratch is not None:
+                ax.axhline(scratch.mean, linestyle="--", linewidth=1, color=line[0].get_color(),
+                           label=f"{recipe} from random weights")
+        if single:
+            ax.set_xticks(range(len(config.recipes)), [recipe_variant(r)[0] + ("*" if recipe_variant(r)[1] else "")
+                                                        for r in config.recipes], rotation=20, fontsize=8)
+            ax.set_xlim(-0.5, len(config.recipes) - 0.5)
+            ax.set_xlabel(f"recipe at {budget:.3g} pretraining FLOPs (* a variant: see the legend)")
+        else:
+            import matplotlib.ticker as ticker
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+            ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel(f"{task}: validation {metric.removeprefix('val/')}")
         ax.set_title(f"{task} after {config.finetune_steps} fine-tuning steps (mean ± sd over seeds)"
                      if task in DOWNSTREAM else f"{task} (mean ± sd over seeds)", fontsize=9)
@@ -341,7 +351,7 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
               "## Scores (mean ± standard deviation over seeds)", "",
               *_markdown(summary_header, _summary(results, config)), "",
               "![validation loss vs FLOPs](loss_vs_flops.png)", "", "![downstream vs FLOPs](downstream_vs_flops.png)",
-              "", "Every run: `results.csv`.", ""]
+              "", "Every run, seed by seed: [results.csv](results.csv).", ""]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     return {"csv": out / "results.csv", "markdown": out / "results.md", "report": out / "report.md",
             "loss_plot": out / "loss_vs_flops.png", "downstream_plot": out / "downstream_vs_flops.png"}
