@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from plm_lightning.arena.runner import DOWNSTREAM, PROMPTS, ArenaConfig, RunResult, recipe_variant
+from plm_lightning.arena.config import DOWNSTREAM, PROMPTS, ArenaConfig, RunResult, recipe_variant
 from plm_lightning.plotting import pyplot
 
 TOLERANCE = 0.01
