@@ -4,6 +4,7 @@ for recipes x corpus sizes x worker counts, beside ``tokenizers``' own ``encode_
 
     python benchmarks/corpus_preparation.py --sizes 100MB,1GB,3GB --recipes gpt2,t5 --workers 1,2
     python benchmarks/corpus_preparation.py --sizes 100MB --recipes bert --workers 2 --no-baseline
+    python benchmarks/corpus_preparation.py --sizes 100MB,1GB,3GB --recipes bert --sentence-splitters pysbd,blingfire
     python benchmarks/corpus_preparation.py --sizes 100MB,1GB,3GB --recipes gpt2 --baseline-up-to 1GB
 
 The corpus is synthetic, written from the embedded corpus (no download): its documents over and over, each pass
@@ -28,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"gpt2": "gpt2", "bert": "bert", "t5": "t5"}
+SENTENCE_RECIPES = {"bert"}
+"""Recipes whose packing reads sentences: measured once per ``--sentence-splitters`` entry."""
 
 
 def parse_size(text: str) -> int:
@@ -150,10 +153,10 @@ print(json.dumps({{"mb_per_s": size / dt / 1e6, "tokens": tokens, "bytes": size}
     return json.loads(result["stdout"].strip().splitlines()[-1])
 
 
-def pack(recipe: str, corpus: Path, tokenizer: str, workers: int, cache: Path) -> dict:
+def pack(recipe: str, corpus: Path, tokenizer: str, workers: int, cache: Path, splitter: str = "pysbd") -> dict:
     cmd = [sys.executable, "-m", "plm_lightning", "pack", "--config", str(ROOT / "configs" / f"{recipe}.yaml"),
            "--data.source", str(corpus), "--data.tokenizer", tokenizer, "--data.cache_dir", str(cache),
-           "--workers", str(workers), "--json"]
+           "--data.sentence_splitter", splitter, "--workers", str(workers), "--json"]
     result = measure(cmd, {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
     stats = json.loads(result["stdout"].strip().splitlines()[-1])
     return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"], "peak_pss_mb": result["peak_pss_mb"],
@@ -191,13 +194,14 @@ print(json.dumps({{"tokens": total}}))
             "tokens": json.loads(result["stdout"].strip().splitlines()[-1])["tokens"]}
 
 
-def training_rss(recipe: str, corpus: Path, tokenizer: str, cache: Path, batches: int) -> dict:
+def training_rss(recipe: str, corpus: Path, tokenizer: str, cache: Path, batches: int, splitter: str = "pysbd") -> dict:
     """Peak RSS of a process that opens the packed shards and reads ``batches`` training batches (random order)."""
     code = f"""
 import json, resource
 from plm_lightning.inspection import build_datamodule
 dm, _ = build_datamodule([{str(ROOT / 'configs' / f'{recipe}.yaml')!r}], ['--data.source', {str(corpus)!r},
-    '--data.tokenizer', {tokenizer!r}, '--data.cache_dir', {str(cache)!r}, '--data.num_workers', '0'])
+    '--data.tokenizer', {tokenizer!r}, '--data.cache_dir', {str(cache)!r}, '--data.num_workers', '0',
+    '--data.sentence_splitter', {splitter!r}])
 loader = dm.train_dataloader()
 for i, batch in enumerate(loader):
     if i + 1 >= {batches}: break
@@ -220,6 +224,10 @@ def main() -> None:
                         help="larger corpora run with the largest --workers count only")
     parser.add_argument("--baseline-up-to", default="3GB",
                         help="the nanoGPT baseline runs on corpora up to this size only (it takes ~8 min a GB)")
+    parser.add_argument("--sentence-splitters", default="pysbd",
+                        help="data.sentence_splitter values the sentence-level recipes (bert) are measured with")
+    parser.add_argument("--pysbd-up-to", default="100MB",
+                        help="pysbd (~0.3 MB/s a core) runs on corpora up to this size only; the others on all")
     args = parser.parse_args()
     work = Path(args.dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -238,34 +246,40 @@ def main() -> None:
     for recipe in args.recipes.split(","):
         tok = train_tokenizer(recipe, corpora[max(sizes)], work / f"tok-{recipe}")
         emit({"recipe": recipe, "step": "tokenizer", **tok})
-        for size in sizes:
+        splitters = args.sentence_splitters.split(",") if recipe in SENTENCE_RECIPES else ["pysbd"]
+        for size, splitter in ((size, sp) for size in sizes for sp in splitters):
+            if recipe in SENTENCE_RECIPES and splitter == "pysbd" and size > parse_size(args.pysbd_up_to):
+                continue
             for w in workers if size <= parse_size(args.all_workers_up_to) else workers[-1:]:
                 # the reference right before each run: a shared machine's speed drifts over an hour
                 ref = encode_batch_reference(tok["file"], corpora[min(sizes)], 32 * 10**6)
                 emit({"recipe": recipe, "step": "encode_batch", **ref})
                 cache = work / f"cache-{recipe}-{size}-{w}"
-                row = pack(recipe, corpora[size], tok["file"], w, cache)
+                row = pack(recipe, corpora[size], tok["file"], w, cache, splitter)
                 mb_s = size / row["seconds"] / 1e6
-                emit({"recipe": recipe, "step": "pack", "size_mb": size / 1e6, "workers": w,
+                emit({"recipe": recipe, "step": "pack", "splitter": splitter if recipe in SENTENCE_RECIPES else "",
+                      "size_mb": size / 1e6, "workers": w,
                       "mb_per_s": mb_s, "mb_per_s_per_worker": mb_s / w,
                       "of_encode_batch": mb_s / w / ref["mb_per_s"], **row})
                 if w == max(workers):
                     emit({"recipe": recipe, "step": "training_rss", "size_mb": size / 1e6,
-                          **training_rss(recipe, corpora[size], tok["file"], cache, args.train_batches)})
+                          **training_rss(recipe, corpora[size], tok["file"], cache, args.train_batches, splitter)})
                 if not args.keep:
                     subprocess.run(["rm", "-rf", str(cache)], check=False)
-            if recipe == "gpt2" and not args.no_baseline and size <= parse_size(args.baseline_up_to):
+            if recipe == "gpt2" and not args.no_baseline and size <= parse_size(args.baseline_up_to) \
+                    and splitter == splitters[0]:
                 w = max(workers)
                 base = work / f"nanogpt-{size}-{w}"
                 row = nanogpt_baseline(tok["file"], corpora[size], w, base)
                 emit({"recipe": recipe, "step": "nanogpt_datasets_map", "size_mb": size / 1e6, "workers": w,
                       "mb_per_s": size / row["seconds"] / 1e6, **row})
                 subprocess.run(["rm", "-rf", str(base)], check=False)
-    print("\nrecipe step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  peak_RSS_MB  "
+    print("\nrecipe splitter  step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  peak_RSS_MB  "
           "peak_PSS_MB  tokens")
     for r in results:
         if r["step"] in ("pack", "nanogpt_datasets_map"):
-            print(f"{r['recipe']:6} {r['step']:21} {r['size_mb']:8.0f} {r['workers']:7} {r['seconds']:9.1f} "
+            print(f"{r['recipe']:6} {r.get('splitter', ''):9} {r['step']:21} "
+                  f"{r['size_mb']:8.0f} {r['workers']:7} {r['seconds']:9.1f} "
                   f"{r['mb_per_s']:6.2f} {r.get('mb_per_s_per_worker', float('nan')):12.2f} "
                   f"{r.get('of_encode_batch', float('nan')):10.2f} {r['peak_rss_mb']:12.0f} "
                   f"{r.get('peak_pss_mb', float('nan')):12.0f}  {r['tokens']:,}")

@@ -39,8 +39,9 @@ from plm_lightning.data.packing import (
     reads_sentences,
     tokenize_documents,
 )
+from plm_lightning.data.sentences import split_sentences
 from plm_lightning.data.shards import META_FILE, read_meta
-from plm_lightning.data.sources import embedded_corpus, split_sentences
+from plm_lightning.data.sources import embedded_corpus
 from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.errors import ConfigError
 
@@ -130,6 +131,25 @@ def test_streamed_rows_equal_the_in_memory_rows(tmp_path, corpus, tokenizers, mo
     reference = pack(tokenize_documents(docs, tok, by_sentence=reads_sentences(mode)), mode, 64, tok, 7)
     assert len(blocks["train"]) == len(reference) > 0 and len(blocks["val"]) == 0
     _same_blocks(blocks["train"], reference)
+
+
+def test_the_sentence_splitter_is_part_of_the_rows_and_of_their_key(tmp_path, corpus, tokenizers) -> None:
+    """blingfire's sentences stream as the in-memory packer packs them, into other shards than pysbd's; a
+    document-level mode keeps one shard set whatever the splitter."""
+    path, docs = corpus
+    tok = TextTokenizer.load(tokenizers["wordpiece"])
+    partitions, fingerprint = corpus_partitions(str(path), "text", "train")
+    job = PackingJob(tokenizers["wordpiece"], "sentence_pairs", 64, 0.0, seed=7, sentence_splitter="blingfire")
+    root = prepare_shards(job, partitions, fingerprint, tmp_path, progress=False)
+    reference = pack(tokenize_documents(docs, tok, by_sentence=True, splitter="blingfire"), "sentence_pairs", 64,
+                     tok, 7)
+    _same_blocks(load_shards(root)["train"], reference)
+    pysbd = PackingJob(tokenizers["wordpiece"], "sentence_pairs", 64, 0.0, seed=7)
+    assert shard_set_dir(tmp_path, pysbd, partitions, fingerprint) != root
+    assert len(reference) != len(pack(tokenize_documents(docs, tok, by_sentence=True), "sentence_pairs", 64, tok, 7))
+    contiguous = [PackingJob(tokenizers["gpt2"], "contiguous", 64, 0.0, seed=7, sentence_splitter=s)
+                  for s in ("pysbd", "blingfire")]
+    assert len({shard_set_dir(tmp_path, j, partitions, fingerprint) for j in contiguous}) == 1
 
 
 def test_ernie_units_stream_with_the_corpus_phrase_table(tmp_path, corpus, tokenizers) -> None:

@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, TextTokenizer, load_documents, split_sentences
 from plm_lightning.data.packing import (
@@ -14,7 +16,8 @@ from plm_lightning.data.packing import (
     pack_sentences,
     split_documents,
 )
-from plm_lightning.data.sources import embedded_corpus, split_corpus
+from plm_lightning.data.sentences import SENTENCE_SPLITTERS, split_corpus
+from plm_lightning.data.sources import embedded_corpus
 from plm_lightning.errors import ConfigError
 
 CLS, SEP, PAD, EOS = 2, 3, 0, 9
@@ -34,6 +37,37 @@ def test_embedded_corpus_is_deterministic_and_nonempty():
 def test_sentence_splitter_is_rule_based():
     s = split_sentences("Dr. Smith went to Washington. He arrived at 3 p.m. on Monday. It rained.")
     assert s == ["Dr. Smith went to Washington.", "He arrived at 3 p.m. on Monday.", "It rained."]
+
+
+_WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_WORDS, st.sampled_from([" ", ". ", "! ", "? ", "\n", "\n\n", '." ', " e.g. "])),
+                max_size=30), st.sampled_from(SENTENCE_SPLITTERS))
+def test_every_sentence_splitter_keeps_every_character_and_every_paragraph_break(parts, splitter):
+    """Whatever the text, the sentences hold its characters in order (whitespace aside), none is empty or padded,
+    and no sentence crosses a blank line."""
+    document = "".join(word + sep for word, sep in parts)
+    sentences = split_sentences(document, splitter)
+    assert "".join("".join(sentences).split()) == "".join(document.split())
+    assert all(s and s == s.strip() for s in sentences)
+    paragraphs = [" ".join(p.split()) for p in document.split("\n\n") if p.split()]
+    assert [s for p in paragraphs for s in split_sentences(p, splitter)] == sentences
+
+
+def test_blingfire_splits_the_rule_based_cases_and_is_cached_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLM_LIGHTNING_CACHE", str(tmp_path))
+    text = "Dr. Smith went to Washington. He arrived at 3 p.m. on Monday. It rained."
+    assert split_sentences(text, "blingfire") == ["Dr. Smith went to Washington.", "He arrived at 3 p.m. on Monday.",
+                                                  "It rained."]
+    docs = ['attributeref ::= primary "." identifier', '(An asymmetry between "a()" and "b()".) It is done for speed.']
+    by = {splitter: split_corpus(docs, splitter) for splitter in SENTENCE_SPLITTERS}
+    assert by["pysbd"] != by["blingfire"]  # they differ on these, so a shared cache entry would be wrong
+    assert len(list((tmp_path / "sentences").glob("*.json"))) == 2
+    assert {s: split_corpus(docs, s) for s in SENTENCE_SPLITTERS} == by
+    with pytest.raises(ConfigError, match=r"data.sentence_splitter='nltk' is not one of pysbd, blingfire"):
+        split_sentences(text, "nltk")
 
 
 def test_corpus_splits_and_the_embedded_corpus_are_cached_on_disk(tmp_path, monkeypatch):

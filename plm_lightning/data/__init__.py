@@ -28,8 +28,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "plm_lightning.data.sampling": ("MixtureSampler", "smoothed_probabilities",),
     "plm_lightning.data.seq2seq": ("MultilingualSpanCorruptionDataModule", "SpanCorruptionCollator",
         "SpanCorruptionDataModule", "UL2Collator", "UL2DataModule",),
-    "plm_lightning.data.sources": ("embedded_corpus", "fake_language", "load_documents", "load_parallel",
-        "split_corpus", "split_sentences",),
+    "plm_lightning.data.sentences": ("SENTENCE_SPLITTERS", "split_corpus", "split_sentences",),
+    "plm_lightning.data.sources": ("embedded_corpus", "fake_language", "load_documents", "load_parallel",),
     "plm_lightning.data.static": ("WordEmbeddingDataModule", "WordVocabulary",),
     "plm_lightning.data.tokenizer": ("TextTokenizer", "train_tokenizer",),
     "plm_lightning.data.unilm": ("UniLMCollator", "UniLMDataModule",),
@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see: the same names, importe
     from plm_lightning.data.realm import REALMCollator, REALMDataModule
     from plm_lightning.data.recurrent import RecurrentLMDataModule
     from plm_lightning.data.sampling import MixtureSampler, smoothed_probabilities
+    from plm_lightning.data.sentences import SENTENCE_SPLITTERS, split_corpus, split_sentences
     from plm_lightning.data.seq2seq import (
         MultilingualSpanCorruptionDataModule,
         SpanCorruptionCollator,
@@ -59,14 +60,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see: the same names, importe
         UL2Collator,
         UL2DataModule,
     )
-    from plm_lightning.data.sources import (
-        embedded_corpus,
-        fake_language,
-        load_documents,
-        load_parallel,
-        split_corpus,
-        split_sentences,
-    )
+    from plm_lightning.data.sources import embedded_corpus, fake_language, load_documents, load_parallel
     from plm_lightning.data.static import WordEmbeddingDataModule, WordVocabulary
     from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
     from plm_lightning.data.unilm import UniLMCollator, UniLMDataModule

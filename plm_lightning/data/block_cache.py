@@ -26,18 +26,22 @@ from plm_lightning.data.tokenizer import TextTokenizer
 
 def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str | None, mode: str,  # noqa: ANN001
                   length: int, val_fraction: float, seed: int, cache_dir: Path,
-                  knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer") -> dict[str, PackedBlocks]:
-    """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split) and then memory-mapped.
+                  knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer", splitter: str = "pysbd"
+                  ) -> dict[str, PackedBlocks]:
+    """Packed train/validation blocks, built once per (source, tokenizer, length, mode, split, sentence splitter of
+    a sentence-level mode) and then memory-mapped.
 
     ``documents_fn`` is only called on a cache miss.
     """
     key_fields = dict(v=FORMAT_VERSION, source=fingerprint, tokenizer=tokenizer_hash(tokenizer, tokenizer_file),
                       length=length, mode=mode, val_fraction=val_fraction, seed=seed,
                       knowledge=knowledge.cache_key() if knowledge else None, segmenter=segmenter)
+    if reads_sentences(mode) and splitter != "pysbd":  # pysbd's entries keep the keys they had before the choice
+        key_fields["splitter"] = splitter
 
     def build() -> dict[str, PackedBlocks]:
         docs = tokenize_documents(documents_fn(), tokenizer, by_sentence=reads_sentences(mode), knowledge=knowledge,
-                                  segmenter=segmenter)
+                                  segmenter=segmenter, splitter=splitter)
         train_idx, val_idx = split_documents(len(docs), val_fraction, seed)
         return {split: pack([docs[i] for i in idx], mode, length, tokenizer, seed, knowledge is not None)
                 for split, idx in (("train", train_idx), ("val", val_idx))}

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from plm_lightning.data.sentences import check_splitter
 from plm_lightning.errors import ConfigError
 
 STEPS = ("terminal_punctuation", "min_words", "javascript", "lorem_ipsum", "curly_bracket", "bad_words",
@@ -90,6 +91,8 @@ class CleaningConfig:
         language: The language ``langid`` must find (``language``), an ISO 639-1 code.
         language_threshold: Its least probability.
         dedup_span: Sentences per deduplicated span (``dedup``; 3 in C4).
+        sentence_splitter: What counts sentences (``min_sentences``) and cuts the spans (``dedup``): one of
+            :data:`~plm_lightning.data.sentences.SENTENCE_SPLITTERS`.
     """
 
     steps: tuple[str, ...] = tuple(s for s in STEPS if s != "bad_words")
@@ -99,6 +102,7 @@ class CleaningConfig:
     language: str = "en"
     language_threshold: float = 0.99
     dedup_span: int = 3
+    sentence_splitter: str = "pysbd"
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.steps if s not in STEPS]
@@ -112,6 +116,7 @@ class CleaningConfig:
             raise ConfigError(f"prepare: --bad-words: no such file '{self.bad_words}'")
         if not 0.0 <= self.language_threshold <= 1.0:
             raise ConfigError(f"prepare: --language-threshold={self.language_threshold} must be in [0, 1]")
+        check_splitter(self.sentence_splitter, "prepare: --sentence-splitter")
         for name in ("min_words", "min_sentences", "dedup_span"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"prepare: --{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
@@ -170,7 +175,7 @@ class Cleaner:
             "lorem_ipsum": lambda lines: not any("lorem ipsum" in line.lower() for line in lines),
             "curly_bracket": lambda lines: not any("{" in line or "}" in line for line in lines),
             "bad_words": lambda lines: not any(self.bad_words.search(line) for line in lines),
-            "min_sentences": lambda lines: _sentence_count(lines) >= config.min_sentences,
+            "min_sentences": lambda lines: _sentence_count(lines, config.sentence_splitter) >= config.min_sentences,
             "language": self._in_language,
         }
         self.steps: list[tuple[str, Callable[[Lines], Lines]]] = []
@@ -188,9 +193,9 @@ class Cleaner:
 
     def _dedup(self, lines: Lines) -> Lines:
         """Remove the sentences of every ``dedup_span``-sentence window already seen earlier in the corpus."""
-        from plm_lightning.data.sources import split_sentences
+        from plm_lightning.data.sentences import split_sentences
 
-        sentences = [(i, s) for i, line in enumerate(lines) for s in split_sentences(line)]
+        sentences = [(i, s) for i, line in enumerate(lines) for s in split_sentences(line, self.config.sentence_splitter)]
         n = self.config.dedup_span
         drop: set[int] = set()
         for start in range(len(sentences) - n + 1):
@@ -250,7 +255,7 @@ def _page_filter(keep: Callable[[Lines], bool]) -> Callable[[Lines], Lines]:
     return lambda lines: lines if keep(lines) else []
 
 
-def _sentence_count(lines: Lines) -> int:
-    from plm_lightning.data.sources import split_sentences
+def _sentence_count(lines: Lines, splitter: str) -> int:
+    from plm_lightning.data.sentences import split_sentences
 
-    return sum(len(split_sentences(line)) for line in lines)
+    return sum(len(split_sentences(line, splitter)) for line in lines)

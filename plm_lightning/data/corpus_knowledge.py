@@ -18,26 +18,26 @@ from pathlib import Path
 
 from plm_lightning.data.corpus_files import Partition, sample_documents, text_batches
 from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, fit_phrases
-from plm_lightning.data.sources import split_sentences
+from plm_lightning.data.sentences import split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.files import atomic_write
 
 BATCH_BYTES = 1 << 20
 
 
-def sample_words(documents: Iterator[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str
-                 ) -> Iterator[list[str]]:
+def sample_words(documents: Iterator[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str,
+                 splitter: str = "pysbd") -> Iterator[list[str]]:
     """The words of every sentence (or whole document, without ``by_sentence``) of ``documents``, as the packer
     segments them (``TextTokenizer.encode_batch_with_words``), ``BATCH_BYTES`` of text at a time."""
     for batch in text_batches(documents, BATCH_BYTES):
-        texts = [s for d in batch for s in split_sentences(d)] if by_sentence else batch
+        texts = [s for d in batch for s in split_sentences(d, splitter)] if by_sentence else batch
         for _, _, words in tokenizer.encode_batch_with_words(texts, segmenter):
             yield words
 
 
 def phrase_table_file(knowledge: KnowledgeSpec, partitions: list[Partition], fingerprint: str, text_field: str,
                       tokenizer: TextTokenizer, by_sentence: bool, segmenter: str, budget_bytes: int,
-                      cache_dir: Path) -> Path | None:
+                      cache_dir: Path, splitter: str = "pysbd") -> Path | None:
     """The cached phrase table of a streamed corpus (a JSON list of word lists), fitted now if it is not yet; None
     when ``data.phrase_lexicon`` gives the table (every worker reads that file itself)."""
     if knowledge.phrase_lexicon is not None:
@@ -45,6 +45,8 @@ def phrase_table_file(knowledge: KnowledgeSpec, partitions: list[Partition], fin
     key_fields = {"v": 1, "source": fingerprint, "budget": budget_bytes, "text_field": text_field,
                   "tokenizer": hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest(),
                   "by_sentence": by_sentence, "segmenter": segmenter, "knowledge": knowledge.cache_key()}
+    if by_sentence and splitter != "pysbd":  # pysbd's tables keep the keys they had before the choice
+        key_fields["splitter"] = splitter
     key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()[:20]
     path = cache_dir / "phrases" / f"{key}.json"
     if path.is_file():
@@ -52,7 +54,7 @@ def phrase_table_file(knowledge: KnowledgeSpec, partitions: list[Partition], fin
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w+", encoding="utf-8", dir=path.parent, suffix=".words") as spill:
         documents = sample_documents(partitions, text_field, budget_bytes)
-        for words in sample_words(documents, tokenizer, by_sentence, segmenter):
+        for words in sample_words(documents, tokenizer, by_sentence, segmenter, splitter):
             spill.write(json.dumps(words, ensure_ascii=False) + "\n")
         spill.flush()
 

@@ -76,6 +76,8 @@ class PackingJob:
     seed: int
     text_field: str = "text"
     segmenter: str = "tokenizer"
+    sentence_splitter: str = "pysbd"
+    """Sentence boundaries of the sentence-level modes (:mod:`~plm_lightning.data.sentences`)."""
     window: int = PAIR_WINDOW_TOKENS
     knowledge: KnowledgeSpec | None = None
     """ERNIE's phrase and entity units, marked on every token (``phrases_file``: the corpus's fitted phrase table,
@@ -89,6 +91,8 @@ class PackingJob:
     def key(self) -> dict[str, Any]:
         """What the rows depend on, as JSON (the files by their content)."""
         fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self) if f.name != "where"}
+        if not reads_sentences(self.mode) or self.sentence_splitter == "pysbd":
+            del fields["sentence_splitter"]  # a document-level mode's rows do not depend on it; pysbd's keep their key
         fields["knowledge"] = self.knowledge.cache_key() if self.knowledge is not None else None
         fields["phrases_file"] = (hashlib.sha256(Path(self.phrases_file).read_bytes()).hexdigest()
                                   if self.phrases_file is not None else None)
@@ -110,11 +114,11 @@ def is_validation(document: str, seed: int, val_fraction: float) -> bool:
 
 def tokenized_stream(documents: Iterable[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str,
                      batch_bytes: int = BATCH_BYTES, knowledge: KnowledgeSpec | None = None,
-                     phrases: set[Phrase] | None = None) -> Iterator[TokenizedDocument]:
+                     phrases: set[Phrase] | None = None, splitter: str = "pysbd") -> Iterator[TokenizedDocument]:
     """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time
-    (ERNIE's units from ``knowledge`` with the corpus's phrase table ``phrases``)."""
+    (ERNIE's units from ``knowledge`` with the corpus's phrase table ``phrases``; sentences by ``splitter``)."""
     for batch in text_batches(documents, batch_bytes):
-        yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases)
+        yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases, splitter)
 
 
 def partition_rng(seed: int, partition: int, split: int) -> np.random.Generator:
@@ -195,7 +199,7 @@ def _packed_blocks(job: PackingJob, partition: Partition, tokenizer: TextTokeniz
     """The blocks of one split of a partition of documents, ``ROWS_PER_WRITE`` rows at a time."""
     documents = _split_documents(read_partition(partition, job.text_field, progress), job, validation, counts)
     tokenized = tokenized_stream(documents, tokenizer, reads_sentences(job.mode), job.segmenter,
-                                 knowledge=job.knowledge, phrases=_phrases(job))
+                                 knowledge=job.knowledge, phrases=_phrases(job), splitter=job.sentence_splitter)
     rows = packed_rows(tokenized, job.mode, job.length, tokenizer, rng, window=job.window)
     for batch in _batched(rows, ROWS_PER_WRITE):
         yield rows_to_blocks(batch, job.mode, job.length, tokenizer, job.knowledge is not None)

@@ -253,15 +253,15 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
                                               self.preparation_workers, share_first=self._node_share()))
         tok = self.tokenizer
         src, tgt = (self.languages.index(lang) for lang in name.split("-"))
-        fingerprint = parallel_fingerprint(source, self.max_documents)
+        fingerprint = parallel_fingerprint(source, self.max_documents, self.sentence_splitter)
         if fingerprint is None:  # read it now: a missing or empty file is reported before anything else
-            fingerprint = load_parallel(name, source, self.max_documents)[1]
+            fingerprint = load_parallel(name, source, self.max_documents, splitter=self.sentence_splitter)[1]
         key_fields = dict(v=FORMAT_VERSION, kind="tlm", pairs=fingerprint, tokenizer=tokenizer_hash(tok, tok.file),
                           length=self.seq_len, languages=[src, tgt], val_fraction=self.val_fraction, seed=self.seed,
                           segmenter=self.word_segmenter)
 
         def build() -> dict[str, PackedBlocks]:
-            pairs = load_parallel(name, source, self.max_documents)[0]
+            pairs = load_parallel(name, source, self.max_documents, splitter=self.sentence_splitter)[0]
             tokenized = flagged_pairs(pairs, tok, self.word_segmenter)
             train_idx, val_idx = split_documents(len(tokenized), self.val_fraction, self.seed)
             ids = tok.ids

@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, word_signals
-from plm_lightning.data.sources import split_corpus, split_sentences
+from plm_lightning.data.sentences import split_corpus, split_sentences
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
@@ -154,13 +154,15 @@ def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list]
 
 def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
                        knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer",
-                       cache: bool = True, phrases: set[Phrase] | None = None) -> list[TokenizedDocument]:
-    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split once and
-    cached on disk with ``cache``, see :func:`split_corpus`). With ``knowledge``, phrases are fitted on (or looked up
+                       cache: bool = True, phrases: set[Phrase] | None = None, splitter: str = "pysbd"
+                       ) -> list[TokenizedDocument]:
+    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split by
+    ``splitter``, once, and cached on disk with ``cache``, see :func:`~plm_lightning.data.sentences.split_corpus`).
+    With ``knowledge``, phrases are fitted on (or looked up
     for) the corpus' words, unless ``phrases`` gives the table (a streamed corpus's, fitted beforehand), and entity
     units found per sentence."""
     if by_sentence:
-        units = split_corpus(documents) if cache else [split_sentences(d) for d in documents]
+        units = split_corpus(documents, splitter) if cache else [split_sentences(d, splitter) for d in documents]
     else:
         units = [[d] for d in documents]
     flat = [s for u in units for s in u]

@@ -30,7 +30,7 @@ from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.salient_span import mask_salient_span, replace_span, salient_spans
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
-from plm_lightning.data.sources import split_corpus
+from plm_lightning.data.sentences import split_corpus
 from plm_lightning.errors import ConfigError
 
 
@@ -56,7 +56,7 @@ class RealmCorpus:
 
 def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int, val_fraction: float,  # noqa: ANN001
                  seed: int, sentence_facts: list[list[int] | None] | None = None,
-                 holdout: Literal["documents", "facts"] = "documents") -> RealmCorpus:
+                 holdout: Literal["documents", "facts"] = "documents", splitter: str = "pysbd") -> RealmCorpus:
     """Blocks and queries of ``documents``; ``sentence_facts`` (per document, the fact id of each sentence, or None)
     fills each query's ``relevant`` blocks. A ``val_fraction`` of the documents (``holdout: documents``) or of the
     facts (``holdout: facts``, needs ``sentence_facts``: every query stating one is a validation query) is held out,
@@ -73,7 +73,7 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
         val_docs = set()
     blocks: list[list[int]] = []
     pending: list[tuple[int, int, int, int, list, list, list]] = []  # doc, sentence, block, start, ids, words, spans
-    for d, sentences in enumerate(split_corpus(documents)):
+    for d, sentences in enumerate(split_corpus(documents, splitter)):
         if not sentences:
             continue
         encoded = tokenizer.encode_batch_with_words(sentences)
@@ -112,14 +112,14 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
     return RealmCorpus([np.asarray(b, dtype=np.int64) for b in blocks], queries)
 
 
-def world_sentence_facts(source: str, count: int) -> list[list[int] | None]:
+def world_sentence_facts(source: str, count: int, splitter: str = "pysbd") -> list[list[int] | None]:
     """The fact of each sentence of the world's first ``count`` documents (None for documents whose sentences do not
     match their facts one to one, such as alias definitions)."""
     from plm_lightning.knowledge.world import world_from_spec
 
     documents = world_from_spec(source).documents[:count]
     out: list[list[int] | None] = []
-    for doc, sentences in zip(documents, split_corpus([doc.text for doc in documents]), strict=True):
+    for doc, sentences in zip(documents, split_corpus([doc.text for doc in documents], splitter), strict=True):
         facts = list(doc.fact_ids)
         out.append(facts if facts and len(sentences) == len(facts) else None)
     return out
@@ -278,9 +278,10 @@ class REALMDataModule(TextDataModule):
         if self.corpus is not None:
             return
         documents = self.documents()[0]
-        facts = world_sentence_facts(self.source, len(documents)) if is_world_spec(self.source) else None
+        facts = (world_sentence_facts(self.source, len(documents), self.sentence_splitter)
+                 if is_world_spec(self.source) else None)
         self.corpus = build_corpus(documents, self.tokenizer, self.block_len, self.seq_len, self.val_fraction,
-                                   self.seed, facts, self.holdout)
+                                   self.seed, facts, self.holdout, self.sentence_splitter)
         if not self.corpus.queries["train"]:
             raise ConfigError(f"data.source '{self.source or 'embedded'}' has no sentence with a salient span (an "
                               "entity or a date) to mask; REALM needs named entities or dates in its text")

@@ -26,6 +26,7 @@ from plm_lightning.data.corpus_files import (
     plan_partitions,
     read_partition,
 )
+from plm_lightning.data.sentences import split_corpus
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
 from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, world_from_spec
@@ -208,66 +209,30 @@ def load_documents(source: str | None, text_field: str = "text", split: str = "t
     return docs, fingerprint
 
 
-@cache
-def _segmenter():  # noqa: ANN202
-    import pysbd
-
-    return pysbd.Segmenter(language="en", clean=False)
+def _fake_pairs_fingerprint(inner: str, splitter: str) -> str:
+    return f"fake-pairs-v1-{inner}" if splitter == "pysbd" else f"fake-pairs-v1-{splitter}-{inner}"
 
 
-def split_sentences(document: str) -> list[str]:
-    """Rule-based sentence boundaries (pysbd, the Golden Rules of Sentence Boundary Detection), per paragraph."""
-    sentences: list[str] = []
-    for paragraph in document.split("\n\n"):
-        paragraph = " ".join(paragraph.split())
-        if paragraph:
-            sentences.extend(s.strip() for s in _segmenter().segment(paragraph) if s.strip())
-    return sentences
-
-
-def split_corpus(documents: list[str]) -> list[list[str]]:
-    """:func:`split_sentences` of every document, cached on disk under ``$PLM_LIGHTNING_CACHE/sentences`` by the
-    documents' hash: the rule-based segmenter costs ~3 ms a paragraph, and every run of a sentence-level recipe
-    (NSP/SOP packing, CoVe and XLM's Fake-English pairs, REALM's blocks) would otherwise pay it again."""
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(f"pysbd-{version('pysbd')}".encode())
-    for doc in documents:
-        digest.update(doc.encode())
-        digest.update(b"\x00")
-    file = default_cache_dir() / "sentences" / f"{digest.hexdigest()[:24]}.json"
-    if file.is_file():
-        try:
-            cached = json.loads(file.read_text(encoding="utf-8"))
-            if isinstance(cached, list) and len(cached) == len(documents):
-                return cached
-        except (OSError, ValueError):
-            pass  # a damaged entry is recomputed and replaced
-    split = [split_sentences(doc) for doc in documents]
-    atomic_write(file, lambda tmp: tmp.write_text(json.dumps(split), encoding="utf-8"))
-    return split
-
-
-def parallel_fingerprint(source: str, max_pairs: int | None = None) -> str | None:
+def parallel_fingerprint(source: str, max_pairs: int | None = None, splitter: str = "pysbd") -> str | None:
     """The fingerprint :func:`load_parallel` gives ``source``, without reading it; None when it must be read."""
     suffix = f"-first{max_pairs}" if max_pairs is not None else ""
     if source.startswith(FAKE_PREFIX):
         inner = source_fingerprint(source[len(FAKE_PREFIX):] or None)
-        return None if inner is None else f"fake-pairs-v1-{inner}{suffix}"
+        return None if inner is None else _fake_pairs_fingerprint(inner, splitter) + suffix
     path = Path(source).expanduser()
     return _file_fingerprint([path], "parallel") + suffix if path.is_file() and path.stat().st_size else None
 
 
-def load_parallel(name: str, source: str, max_pairs: int | None = None,
-                  where: str | None = None) -> tuple[list[tuple[str, str]], str]:
+def load_parallel(name: str, source: str, max_pairs: int | None = None, where: str | None = None,
+                  splitter: str = "pysbd") -> tuple[list[tuple[str, str]], str]:
     """Sentence pairs of a parallel corpus and their fingerprint: a UTF-8 file of ``source<TAB>target`` lines, or
-    ``fake:<source>`` (each sentence of that source paired with its Fake-English version). ``where`` names the
-    config key in errors (default ``data.parallel_corpora[name]``)."""
+    ``fake:<source>`` (each sentence of that source, split by ``splitter``, paired with its Fake-English version).
+    ``where`` names the config key in errors (default ``data.parallel_corpora[name]``)."""
     where = where or f"data.parallel_corpora[{name}]"
     if source.startswith(FAKE_PREFIX):
         docs, fingerprint = load_documents(source[len(FAKE_PREFIX):] or None)
-        pairs = [(s, fake_language(s)) for sentences in split_corpus(docs) for s in sentences]
-        fingerprint = f"fake-pairs-v1-{fingerprint}"
+        pairs = [(s, fake_language(s)) for sentences in split_corpus(docs, splitter) for s in sentences]
+        fingerprint = _fake_pairs_fingerprint(fingerprint, splitter)
     else:
         path = Path(source).expanduser()
         if not path.is_file():

@@ -1,0 +1,83 @@
+"""Sentence boundaries for the sentence-level packing modes (NSP, SOP, FULL-SENTENCES, ERNIE), REALM's blocks and
+XLM's Fake-English pairs: two rule-based splitters, chosen by ``data.sentence_splitter``.
+
+* ``pysbd`` (default): the Golden Rules of Sentence Boundary Detection (Sadvilkar & Neumann 2020), pure Python,
+  about 0.3 MB/s on one core: a sentence-level recipe on a corpus of gigabytes spends its preparation here.
+* ``blingfire``: Microsoft's finite-state tokenizer (the splitter of AllenAI's Dolma toolkit), compiled, about
+  30x faster. On the embedded corpus the two agree on 88% of sentences; each errs where the other does not (pysbd
+  splits inside closing parentheses, blingfire after a quoted period).
+
+A document is split paragraph by paragraph (blank lines are always boundaries) with whitespace collapsed, so no
+sentence crosses a paragraph. Megatron's ``--split-sentences`` (NLTK Punkt) needs a model download and is not
+offered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from functools import cache
+
+from plm_lightning.errors import ConfigError
+from plm_lightning.files import atomic_write, default_cache_dir
+
+SENTENCE_SPLITTERS = ("pysbd", "blingfire")
+
+
+def check_splitter(splitter: str, where: str = "data.sentence_splitter") -> str:
+    if splitter not in SENTENCE_SPLITTERS:
+        raise ConfigError(f"{where}={splitter!r} is not one of {', '.join(SENTENCE_SPLITTERS)}")
+    return splitter
+
+
+@cache
+def _paragraph_splitter(splitter: str) -> Callable[[str], list[str]]:
+    """The function that splits one whitespace-normalised paragraph into sentences."""
+    if check_splitter(splitter) == "pysbd":
+        import pysbd
+
+        return pysbd.Segmenter(language="en", clean=False).segment
+    import blingfire
+
+    return lambda paragraph: blingfire.text_to_sentences(paragraph).split("\n")
+
+
+def split_sentences(document: str, splitter: str = "pysbd") -> list[str]:
+    """The sentences of ``document``, paragraph by paragraph, by ``splitter`` (one of :data:`SENTENCE_SPLITTERS`)."""
+    segment = _paragraph_splitter(splitter)
+    sentences: list[str] = []
+    for paragraph in document.split("\n\n"):
+        paragraph = " ".join(paragraph.split())
+        if paragraph:
+            sentences.extend(s.strip() for s in segment(paragraph) if s.strip())
+    return sentences
+
+
+def splitter_version(splitter: str) -> str:
+    """``name-version`` of the installed splitter: part of every cache key that holds its sentences."""
+    from importlib.metadata import version
+
+    return f"{check_splitter(splitter)}-{version(splitter)}"
+
+
+def split_corpus(documents: list[str], splitter: str = "pysbd") -> list[list[str]]:
+    """:func:`split_sentences` of every document, cached on disk under ``$PLM_LIGHTNING_CACHE/sentences`` by the
+    documents' hash and the splitter's version: pysbd costs ~3 ms a paragraph, and every run of a sentence-level
+    recipe on an in-memory corpus (NSP/SOP packing, CoVe and XLM's Fake-English pairs, REALM's blocks) would
+    otherwise pay it again."""
+    digest = hashlib.sha256(splitter_version(splitter).encode())
+    for doc in documents:
+        digest.update(doc.encode())
+        digest.update(b"\x00")
+    file = default_cache_dir() / "sentences" / f"{digest.hexdigest()[:24]}.json"
+    if file.is_file():
+        try:
+            cached = json.loads(file.read_text(encoding="utf-8"))
+            if isinstance(cached, list) and len(cached) == len(documents):
+                return cached
+        except (OSError, ValueError):
+            pass  # a damaged entry is recomputed and replaced
+    split = [split_sentences(doc, splitter) for doc in documents]
+    atomic_write(file, lambda tmp: tmp.write_text(json.dumps(split), encoding="utf-8"))
+    return split
