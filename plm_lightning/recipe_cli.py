@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning as L
 from jsonargparse import ArgumentError
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.run_directory import claim_versions, find_last_checkpoint, follow_default_root_dir, lineage_of, run_directory
@@ -28,6 +28,25 @@ EVALUATION_KEYS = ("eval_mem_len",)
 checkpoint's (Lightning otherwise restores every hyperparameter from it)."""
 
 
+class RunConfig(SaveConfigCallback):
+    """The run's ``config.yaml`` in the run's own directory (:func:`run_directory`, beside its ``checkpoints/``):
+    Lightning's callback writes to ``trainer.log_dir``, which for a W&B logger is its ``save_dir``, shared by every
+    run (each overwrote the one before, and ``--ckpt_path last`` found no config to check a checkpoint's lineage
+    against)."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        if trainer.is_global_zero:
+            directory = Path(run_directory(trainer))
+            directory.mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, str(directory / self.config_filename), skip_none=False, overwrite=True,
+                             multifile=self.multifile)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
 class PLMCLI(LightningCLI):
     """LightningCLI over every LightningModule and LightningDataModule (our `PretrainingModule` / `TextDataModule`
     subclasses, the static embeddings and their `WordEmbeddingDataModule`), omegaconf interpolation on."""
@@ -39,6 +58,7 @@ class PLMCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             parser_kwargs=self._parser_kwargs(run),
+            save_config_callback=RunConfig,
             save_config_kwargs={"overwrite": True},
             args=args,
             run=run,

@@ -51,39 +51,48 @@ def find_last_checkpoint(trainer: Any, lineage: dict[str, Any] | None = None) ->
     return ours[-1]
 
 
+WANDB_LOGGER = "plm_lightning.loggers.WandbLogger"
 RECIPE_LOG_DIR = "runs"
 """Where the recipes' file loggers write (``save_dir``), each under its recipe's name: ``runs/<recipe>``, which is
 also their ``trainer.default_root_dir``."""
 
 
 def follow_default_root_dir(config: Any) -> None:
-    """A ``trainer.default_root_dir`` other than the recipe's moves its CSV/TensorBoard loggers there too (logs in
-    ``<dir>/version_N``, checkpoints in ``<dir>/version_N/checkpoints``), unless their ``save_dir`` was changed as
-    well: without this the recipes' ``save_dir: runs`` kept every run in ``./runs/<recipe>``."""
+    """The recipes' loggers write under ``trainer.default_root_dir``: a root other than the recipe's moves its
+    CSV/TensorBoard loggers there too (logs in ``<dir>/version_N``, checkpoints in ``<dir>/version_N/checkpoints``),
+    and our W&B logger (``configs/logger/wandb.yaml``) writes its runs there (``<dir>/<run id>``, W&B's files in
+    ``<dir>/wandb``), unless their ``save_dir`` was changed as well: without this the recipes' ``save_dir: runs``
+    kept every run in ``./runs/<recipe>``, and W&B's in ``./runs/<project>``."""
     trainer = config.get("trainer") if config is not None else None
     root = trainer.get("default_root_dir") if trainer is not None else None
     loggers = trainer.get("logger") if trainer is not None else None
     if not root or loggers is None or isinstance(loggers, bool):
         return
     for logger in loggers if isinstance(loggers, list) else [loggers]:
-        if not str(logger.get("class_path", "")).endswith(("CSVLogger", "TensorBoardLogger")):
-            continue
+        class_path = str(logger.get("class_path", ""))
         args = logger.get("init_args")
         if args is None or args.get("save_dir") != RECIPE_LOG_DIR:
             continue
-        if Path(RECIPE_LOG_DIR) / str(args.get("name")) != Path(root):
+        if class_path == WANDB_LOGGER:
+            args["save_dir"] = str(root)
+        elif class_path.endswith(("CSVLogger", "TensorBoardLogger")) and \
+                Path(RECIPE_LOG_DIR) / str(args.get("name")) != Path(root):
             args["save_dir"], args["name"] = str(Path(root).parent), Path(root).name
 
 
 def run_directory(trainer: Any) -> str:
-    """The directory a run's logs and checkpoints go to: its first file logger's version directory, else the
-    trainer's root."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    """The directory of this run, where its checkpoints go (``<run directory>/checkpoints``, as Lightning's
+    ``ModelCheckpoint`` places them: the first logger's ``save_dir/name/version``) and its config is saved; the
+    trainer's root without a logger."""
+    import os
 
-    for logger in trainer.loggers:
-        if isinstance(logger, CSVLogger | TensorBoardLogger):
-            return logger.log_dir
-    return trainer.default_root_dir
+    if not trainer.loggers:
+        return trainer.default_root_dir
+    logger = trainer.loggers[0]
+    if logger.version is None:
+        logger.experiment  # noqa: B018 - W&B's run id is known once its run is started (Lightning starts it anyway)
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version)
 
 
 def claim_versions(trainer: Any) -> None:

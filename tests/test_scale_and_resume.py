@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+import yaml
 
 from tests.conftest import ROOT, run_cli
 from tests.test_cli import _train_losses
@@ -150,19 +151,33 @@ def test_sigkill_and_resume_ends_at_same_weights(tmp_path):
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_directory(tmp_path):
-    res = run_cli(["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--config",
-                   str(ROOT / "configs" / "logger" / "wandb.yaml"), "--data.seq_len", "64", "--trainer.max_steps", "12",
-                   "--trainer.limit_val_batches", "0", "--trainer.log_every_n_steps", "4"], cwd=tmp_path,
-                  env={"WANDB_MODE": "", "WANDB_API_KEY": ""})
+def test_wandb_offline_runs_keep_the_recipes_layout_and_resume(tmp_path):
+    """With W&B (offline), each run has its own directory under the recipe's, runs/bert/<run id>/ with its
+    checkpoints and its config.yaml, and W&B's files in runs/bert/wandb (issue 38: Lightning put the checkpoints
+    under runs/<project>/ and every run overwrote one runs/config.yaml); ``--ckpt_path last`` resumes the first."""
+    common = ["fit", "--config", str(ROOT / "configs" / "bert.yaml"), "--config",
+              str(ROOT / "configs" / "logger" / "wandb.yaml"), "--data.seq_len", "64",
+              "--trainer.limit_val_batches", "0", "--trainer.log_every_n_steps", "2"]
+    env = {"WANDB_MODE": "", "WANDB_API_KEY": ""}
+    res = run_cli([*common, "--trainer.max_steps", "4"], cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    runs = list((tmp_path / "runs" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    (summary,) = list(runs[0].rglob("wandb-summary.json")) or [None]
-    files = [p.name for p in runs[0].rglob("*")]
-    assert any(name.endswith(".wandb") for name in files)
+    recipe = tmp_path / "runs" / "bert"
+    (first,) = list(recipe.glob("*/checkpoints/last.ckpt"))
+    run_dir = first.parent.parent
+    assert f"this run writes to runs/bert/{run_dir.name}" in res.stderr
+    assert (run_dir / "config.yaml").is_file() and not (tmp_path / "runs" / "config.yaml").exists()
+    (offline,) = list((recipe / "wandb").glob(f"offline-run-*-{run_dir.name}"))
+    assert any(p.name.endswith(".wandb") for p in offline.rglob("*"))
+    (summary,) = list(offline.rglob("wandb-summary.json")) or [None]
     if summary is not None:
         assert "train/loss" in summary.read_text()
+    res = run_cli([*common, "--trainer.max_steps", "6", "--ckpt_path", "last"], cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"resuming from {first}" in res.stderr
+    configs = sorted(recipe.glob("*/config.yaml"))
+    assert len(configs) == 2 and all(yaml.safe_load(c.read_text())["trainer"]["max_steps"] in (4, 6) for c in configs)
+    second = next(c.parent for c in configs if c.parent != run_dir)
+    assert torch.load(second / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
 
 
 @pytest.mark.slow
