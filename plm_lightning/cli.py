@@ -76,10 +76,12 @@ def _valid_keys(section: str, class_name: str | None = None) -> list[str]:
 
 
 class _NoAdvertisement(logging.Filter):
-    """Drops Lightning's "try installing litlogger" tip, printed at the start of every run of the CLI."""
+    """Drops Lightning's "try installing litlogger" tip, printed at the start of every run of the CLI, and its note
+    that the trainer already has a model summary callback (ours, ``plm_lightning.callbacks.ModelSummary``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in str(record.msg)
+        message = str(record.msg)
+        return "litlogger" not in message and "already configured with model summary" not in message
 
 
 _NO_ADVERTISEMENT = _NoAdvertisement()

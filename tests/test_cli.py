@@ -334,6 +334,9 @@ def test_the_run_writes_where_default_root_dir_says(tmp_path):
     res = run_cli(common, cwd=tmp_path)
     assert res.returncode == 0 and "this run writes to runs/gpt2/version_0" in res.stderr, res.stderr[-2000:]
     assert (tmp_path / "runs" / "gpt2" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    # the model summary, without the FLOPs Lightning never counted (issue 38: "Total FLOPs: 0" on every run)
+    printed = res.stdout + res.stderr
+    assert "Total params" in printed and "FLOPs" not in printed and "already configured" not in printed
 
 
 def test_help_lists_every_command_and_a_typo_gets_the_nearest(tmp_path):
