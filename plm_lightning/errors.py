@@ -9,12 +9,23 @@ class ConfigError(ValueError):
     would be valid."""
 
 
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, unless there is none to show (a required option, a default of None)
+    or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.required or action.default is None or "default:" in text or "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse for the CLI's extra subcommands: a usage error is a one-line ``ConfigError`` (exit 2); ``--help``
     shows each option's default."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
