@@ -173,12 +173,13 @@ def decoder_logits(module, batch: dict):  # noqa: ANN001, ANN201
 ATTENTION_CASES = ["none", "padding", "causal", "causal+padding", "prefix", "document", "bias"]
 
 
-def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, device: str = "cpu") -> dict:
-    """Keyword arguments of `MultiHeadAttention.forward` for one mask shape of ``ATTENTION_CASES``: the second row
+def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, device: str = "cpu"):  # noqa: ANN201
+    """The ``LayerAttention`` of `MultiHeadAttention.forward` for one mask shape of ``ATTENTION_CASES``: the second row
     padded from 70% of the length, prefix lengths of 30%/50%/100%, two packed documents, or a T5 relative bias."""
     import torch
 
     from plm_lightning.nn import document_mask, padding_mask, prefix_lm_mask
+    from plm_lightning.nn.layer_attention import LayerAttention
     from plm_lightning.nn.positions import RelativePositionBias
 
     real = torch.ones(batch, length, dtype=torch.bool)
@@ -192,7 +193,7 @@ def attention_case(kind: str, batch: int = 3, length: int = 10, heads: int = 4, 
         case["mask"] = document_mask(torch.tensor([[0] * (length * 2 // 5) + [1] * (length - length * 2 // 5)] * batch))
     if kind == "bias":
         case["position_bias"] = RelativePositionBias(heads)(length, length).detach()
-    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in case.items()}
+    return LayerAttention(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in case.items()})
 
 
 def tiny_pretrained(path: Path, family: str) -> str:

@@ -36,7 +36,7 @@ def test_sdpa_matches_eager(kind):
     eager, sdpa = _attention("eager"), _attention("sdpa")
     x = torch.randn(3, 10, 64)
     case = attention_case(kind)
-    assert torch.allclose(eager(x, **case), sdpa(x, **case), atol=1e-5)
+    assert torch.allclose(eager(x, case), sdpa(x, case), atol=1e-5)
 
 
 def test_backend_resolution():
@@ -337,6 +337,7 @@ def test_training_attention_dropout_on_cpu_runs_the_eager_kernel_with_the_same_s
 
 
 def test_causal_band_mask_and_banded_layers_see_only_their_window():
+    from plm_lightning.nn.layer_attention import LayerAttention
     from plm_lightning.nn.masks import sliding_window_mask
 
     rect = sliding_window_mask(2, 3, causal=True, key_length=5)[0, 0]  # queries 3, 4 of a cached sequence
@@ -346,16 +347,17 @@ def test_causal_band_mask_and_banded_layers_see_only_their_window():
     stack = Decoder(cfg.replace(num_layers=2)).eval()  # layer 0 dense, layer 1 banded
     x = torch.randn(1, 8, cfg.hidden_size)
     block = stack.blocks()[1]
-    out = block(x, mask=sliding_window_mask(8, 3, causal=True))
+    out = block(x, LayerAttention(mask=sliding_window_mask(8, 3, causal=True)))
     changed = x.clone()
     changed[0, 2] += 1.0
-    again = block(changed, mask=sliding_window_mask(8, 3, causal=True))
+    again = block(changed, LayerAttention(mask=sliding_window_mask(8, 3, causal=True)))
     moved = (again - out).abs().amax(-1)[0] > 0  # exactly zero outside the band
     assert moved.tolist() == [False, False, True, True, True, False, False, False]  # positions 2..4 see token 2
     seen = {}
-    stack.blocks()[1].register_forward_pre_hook(lambda m, a, kw: seen.update(kw), with_kwargs=True)
+    stack.blocks()[1].register_forward_pre_hook(lambda m, args: seen.update(attention=args[1]))
     stack(torch.randint(0, 100, (1, 8)))
-    assert torch.equal(seen["mask"], sliding_window_mask(8, 3, causal=True)) and not seen["is_causal"]
+    assert torch.equal(seen["attention"].mask, sliding_window_mask(8, 3, causal=True))
+    assert not seen["attention"].is_causal
 
 
 def test_auto_falls_back_to_sdpa_when_xformers_kernels_do_not_run(monkeypatch):

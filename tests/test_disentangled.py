@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from plm_lightning import ConfigError
 from plm_lightning.nn import BackboneConfig, Encoder
 from plm_lightning.nn.disentangled import DisentangledSelfAttention, log_bucket_position, relative_positions
+from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.objectives import MaskedLM
 from tests.conftest import masked_batch
 
@@ -61,7 +62,7 @@ def test_disentangled_attention_matches_equation_4_written_out():
     scores = torch.matmul(q, kk.transpose(-1, -2)) * attn.scale + attn.relative_bias(q, kk, table, positions)
     assert torch.allclose(scores, _naive_scores(attn, x, table, k), atol=1e-5)
     expected = attn.o_proj((torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(2, 9, h))
-    assert torch.allclose(attn(x, relative=(table, positions)), expected, atol=1e-5)
+    assert torch.allclose(attn(x, LayerAttention(relative=(table, positions))), expected, atol=1e-5)
 
 
 def test_relative_table_is_shared_and_v2_options_build():

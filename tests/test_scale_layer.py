@@ -9,6 +9,7 @@ import torch
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import MultiHeadAttention, get_preset
+from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.objectives.scale import check_tensor_parallel, total_grad_norm
 
 
@@ -37,9 +38,9 @@ def test_sparse_queries_without_slicing_the_fused_weight_equal_the_sliced_path()
     torch.manual_seed(0)
     attention = MultiHeadAttention(32, 4).eval()
     x, index = torch.randn(2, 9, 32), torch.tensor([[0, 4, 8], [1, 2, 3]])
-    sliced = attention(x, query_index=index)
+    sliced = attention(x, LayerAttention(query_index=index))
     attention.sliceable = False
-    assert torch.allclose(attention(x, query_index=index), sliced, atol=1e-6)
+    assert torch.allclose(attention(x, LayerAttention(query_index=index)), sliced, atol=1e-6)
 
 
 def test_total_grad_norm_is_clip_grad_norms():

@@ -113,7 +113,7 @@ def xformers_on_cpu(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(xformers_ops, "memory_efficient_attention", sdpa_standing_in_for_xformers(calls))
     monkeypatch.setattr("plm_lightning.nn.attention.resolve_backend", lambda backend, device: backend)
-    monkeypatch.setattr("plm_lightning.nn.backbone.resolve_backend", lambda backend, device: backend)
+    monkeypatch.setattr("plm_lightning.nn.attention_plan.resolve_backend", lambda backend, device: backend)
     return calls
 
 

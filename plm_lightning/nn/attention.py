@@ -10,17 +10,16 @@ import functools
 import importlib.util
 import logging
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.nn.dropout import dropout
+from plm_lightning.nn.layer_attention import EVERY_POSITION, KVCache, LayerAttention, LayerCache  # noqa: F401 (re-exported)
 from plm_lightning.nn.masks import causal_mask, combine, to_additive
 from plm_lightning.nn.positions import apply_rotary
-from plm_lightning.nn.unpad import Unpadding
-from plm_lightning.nn.varlen import Segments, xformers_varlen_attention
+from plm_lightning.nn.varlen import xformers_varlen_attention
 
 BACKENDS = ("auto", "eager", "sdpa", "xformers")
 
@@ -92,34 +91,6 @@ def log_kernel_once(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     logging.getLogger(__name__).info("attention on CUDA (%s, %s, head size %d): SDPA's %s kernel, because %s",
                                      "causal" if is_causal else "masked" if mask is not None else "unmasked",
                                      str(q.dtype).removeprefix("torch."), q.shape[-1], kernel, why)
-
-
-@dataclass
-class KVCache:
-    """One attention module's keys and values ``[B, heads, T, head_dim]`` during incremental decoding."""
-
-    key: Tensor | None = None
-    value: Tensor | None = None
-
-    def reorder(self, index: Tensor) -> None:
-        if self.key is not None:
-            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
-
-    @property
-    def length(self) -> int:
-        return 0 if self.key is None else self.key.shape[2]
-
-
-@dataclass
-class LayerCache:
-    """A block's self-attention and cross-attention caches."""
-
-    self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=KVCache)
-
-    def reorder(self, index: Tensor) -> None:
-        self.self_attn.reorder(index)
-        self.cross_attn.reorder(index)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -225,10 +196,13 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    def _cached(self, k: Tensor, v: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
-        """Self-attention appends the new keys/values to the cache; cross-attention's are computed once."""
+    def _cached(self, k: Tensor | None, v: Tensor | None, cache: KVCache | None) -> tuple[Tensor, Tensor]:
+        """Self-attention appends the new keys/values to the cache; cross-attention's are computed once (``k`` and
+        ``v`` None once cached)."""
         if cache is None:
             return k, v
+        if k is None:
+            return cache.key, cache.value
         if cache.key is not None and not self.cross_attention:
             k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
         cache.key, cache.value = k, v
@@ -256,76 +230,74 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
-        position_bias: Tensor | None = None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        kv: Tensor | None = None,
-        query_index: Tensor | None = None,
-        unpadding: Unpadding | None = None,
-        cache: KVCache | None = None,
-        segments: Segments | None = None,
-    ) -> Tensor:
-        """``query_index`` ``[B, K]``: compute the output only for these query positions (keys and values still
-        come from every position), returning ``[B, K, H]``. ``unpadding``: ``x`` is ``[1, T, H]`` (real tokens
-        only); the kernel runs on the re-padded layout and the output is unpadded again. ``cache``: incremental
-        decoding; ``x`` holds only the new positions, which attend to the cached ones too (causal masks are
-        aligned to the end of the keys). ``segments``: ``x`` (``[1, T, H]`` unpadded or ``[B, L, H]`` packed rows)
-        is one flat stream of these blocks, attended with xformers' block-diagonal bias (``plm_lightning.nn.varlen``;
-        ``rope`` then holds the stream's ``[1, T, D]`` angles); ``mask`` and ``is_causal`` are not read."""
-        h = self.hidden_size
-        if segments is not None:
-            if self.cross_attention or query_index is not None or cache is not None or position_bias is not None \
-                    or self.upcast:
-                raise ValueError("segments are for self-attention over every position, without cache, bias or "
-                                 "upcast_attention")
-            q, k, v = (self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, x.shape[-1])).split(h, dim=-1))
-            if rope is not None:
-                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-            out = xformers_varlen_attention(q, k, v, segments, self.dropout if self.training else 0.0, self.scale)
-            return self.o_proj(out.transpose(1, 2).reshape(*x.shape[:-1], h))
-        if unpadding is not None:
-            if self.cross_attention or query_index is not None:
-                raise ValueError("unpadding is for self-attention over every position")
-            qkv = unpadding.pad(self.qkv_proj(x))
-            q, k, v = (self._heads(t) for t in qkv.split(h, dim=-1))
-            if rope is not None:
-                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-            out = self.attend(q, k, v, mask, is_causal, position_bias)
-            return self.o_proj(unpadding.unpad(out.transpose(1, 2).flatten(2)))
-        if self.cross_attention and cache is not None and cache.key is not None:  # the encoder's keys, cached
-            q = self._heads(self.q_proj(x))
-            out = self.attend(q, cache.key, cache.value, mask, False, position_bias)
-            b, _, n, _ = out.shape
-            return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
-        if self.cross_attention:
-            if kv is None:
-                raise ValueError("cross-attention needs kv (the encoder output)")
-            q = self.q_proj(x if query_index is None else take_rows(x, query_index))
-            k, v = self.kv_proj(kv).split(h, dim=-1)
-        elif kv is not None:
-            raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
+    def forward(self, x: Tensor, attention: LayerAttention = EVERY_POSITION, query: Tensor | None = None) -> Tensor:
+        """Attention of ``x`` ``[B, L, H]`` as ``attention`` (a :class:`LayerAttention`) says: which keys each query
+        sees (its mask, causality, or the block-diagonal ``segments`` of a flat stream), how positions enter (rotary
+        angles, an additive bias), the layout ``x`` is in (rows, the real tokens only, a stream), the queries to
+        compute (``query_index``: ``[B, K, H]`` out), the cache of incremental decoding (``x`` holds the new
+        positions, which see the cached ones too) and, for cross-attention, the encoder output ``kv``. ``query``: a
+        separate query stream (the subclasses' two-stream attention)."""
+        a = attention
+        if query is not None:
+            raise ValueError(f"{type(self).__name__} has no separate query stream")
+        self._check(a)
+        q, k, v = self._heads_of(x, a)
+        if a.rope is not None:
+            rope_q = a.rope
+            if a.query_index is not None:
+                rope_q = tuple(take_rows(t.expand(a.query_index.shape[0], *t.shape[-2:]), a.query_index) for t in a.rope)
+            q, k = apply_rotary(q, *rope_q), apply_rotary(k, *a.rope)
+        k, v = self._cached(k, v, a.cache)
+        if a.segments is not None:
+            out = xformers_varlen_attention(q, k, v, a.segments, self.dropout if self.training else 0.0, self.scale)
         else:
-            q, k, v = self.project(x, query_index)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        rope_q = rope
-        if query_index is not None:
-            if is_causal:
-                raise ValueError("query_index is for bidirectional attention; pass the causal mask in `mask`")
-            mask, position_bias = take_query_rows(mask, query_index), take_query_rows(position_bias, query_index)
-            if rope is not None:
-                rope_q = tuple(take_rows(t.expand(query_index.shape[0], *t.shape[-2:]), query_index) for t in rope)
-        if rope is not None:
-            q, k = apply_rotary(q, *rope_q), apply_rotary(k, *rope)
-        k, v = self._cached(k, v, cache)
-        if cache is not None and is_causal and q.shape[2] == 1:
-            is_causal = False  # one new query sees every cached key
-        out = self.attend(q, k, v, mask, is_causal, position_bias)
-        b, _, n, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+            mask, bias, is_causal = a.mask, a.position_bias, a.is_causal
+            if a.query_index is not None:
+                mask, bias = take_query_rows(mask, a.query_index), take_query_rows(bias, a.query_index)
+            if a.cache is not None and is_causal and q.shape[2] == 1:
+                is_causal = False  # one new query sees every cached key
+            out = self.attend(q, k, v, mask, is_causal, bias)
+        return self.o_proj(self._rows_of(out, x, a))
+
+    def _check(self, a: LayerAttention) -> None:
+        """Refuse what this module cannot compute as asked, rather than compute something else."""
+        if self.cross_attention and a.kv is None and (a.cache is None or a.cache.key is None):
+            raise ValueError("cross-attention needs kv (the encoder output)")
+        if not self.cross_attention and a.kv is not None:
+            raise ValueError("self-attention takes no kv; build the module with cross_attention=True")
+        if a.segments is not None and (self.cross_attention or a.query_index is not None or a.cache is not None
+                                       or a.position_bias is not None or self.upcast):
+            raise ValueError("segments are for self-attention over every position, without cache, bias or "
+                             "upcast_attention")
+        if a.unpadding is not None and (self.cross_attention or a.query_index is not None):
+            raise ValueError("unpadding is for self-attention over every position")
+        if a.query_index is not None and a.is_causal:
+            raise ValueError("query_index is for bidirectional attention; pass the causal mask in `mask`")
+
+    def _heads_of(self, x: Tensor, a: LayerAttention) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """q, k, v ``[B, heads, *, head_dim]`` in the layout the kernel runs on: the flat stream ``[1, T]`` with
+        segments, the re-padded rows of unpadded input, else ``x``'s rows (q at ``query_index``); k and v are None
+        where the cache holds the encoder's already."""
+        h = self.hidden_size
+        if a.segments is not None:
+            return tuple(self._heads(t) for t in self.qkv_proj(x.reshape(1, -1, x.shape[-1])).split(h, dim=-1))
+        if a.unpadding is not None:
+            return tuple(self._heads(t) for t in a.unpadding.pad(self.qkv_proj(x)).split(h, dim=-1))
+        if self.cross_attention:
+            q = self._heads(self.q_proj(x if a.query_index is None else take_rows(x, a.query_index)))
+            if a.cache is not None and a.cache.key is not None:  # the encoder's keys, cached
+                return q, None, None
+            return q, *(self._heads(t) for t in self.kv_proj(a.kv).split(h, dim=-1))
+        return tuple(self._heads(t) for t in self.project(x, a.query_index))
+
+    def _rows_of(self, out: Tensor, x: Tensor, a: LayerAttention) -> Tensor:
+        """The kernel's ``[B, heads, N, head_dim]`` back in ``x``'s layout, heads merged."""
+        merged = out.transpose(1, 2).flatten(2)
+        if a.segments is not None:
+            return merged.reshape(*x.shape[:-1], self.hidden_size)
+        if a.unpadding is not None:
+            return a.unpadding.unpad(merged)
+        return merged
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
                position_bias: Tensor | None) -> Tensor:

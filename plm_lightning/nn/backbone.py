@@ -12,16 +12,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from plm_lightning.nn.attention import LayerCache, resolve_backend
+from plm_lightning.nn.attention_plan import plan_attention
 from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import ConvLayer, relative_positions
 from plm_lightning.nn.embeddings import Embeddings
-from plm_lightning.nn.masks import combine, document_mask, padding_mask, sliding_window_mask
+from plm_lightning.nn.layer_attention import LayerAttention, LayerCache
+from plm_lightning.nn.masks import combine, padding_mask
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
 from plm_lightning.nn.unpad import Unpadding
-from plm_lightning.nn.varlen import Segments
 
 
 @dataclass
@@ -115,111 +115,26 @@ class TransformerStack(nn.Module):
         the first blocks (DeBERTa's Enhanced Mask Decoder re-runs the last one itself). ``token_embeds``: the token
         table's rows for ``input_ids``, looked up by the caller.
         """
-        causal = self.causal if causal is None else causal
-        length = input_ids.shape[1]
-        past = 0
-        if cache is not None:  # incremental decoding: input_ids are the new tokens after `past` cached ones
-            if self.cfg.unpad or self.relative_embeddings is not None or (self.cfg.local_attention_window is not None
-                                                                          and not causal):
-                raise ValueError("the key-value cache serves dense or causal-banded, absolute / rotary / T5-bucket "
-                                 "attention stacks")
-            past = cache[0].self_attn.length
-            if position_ids is None:
-                position_ids = torch.arange(past, past + length, device=input_ids.device)[None]
-        if attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # no padding: let SDPA take its mask-free (and, if causal, is_causal) fast path
-        positions = self.cfg.max_position_embeddings - self.cfg.position_offset
-        if past + length > positions and self.cfg.position_embedding in ("learned", "sinusoidal"):
-            raise ValueError(f"sequence length {past + length} exceeds the {positions} positions of "
-                             f"max_position_embeddings={self.cfg.max_position_embeddings}")
-        segments = (self.varlen_segments(attention_mask, document_ids, mask, causal, input_ids)
-                    if cache is None and encoder_out is None else None)
-        window = self.cfg.local_attention_window
-        self_mask = local_mask = None
-        if segments is None or output_positions is not None or (window is not None and not causal):
-            documents = document_mask(document_ids) if document_ids is not None else None
-            self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask, documents)
-            local_mask = self_mask
-            if window is not None:
-                local_mask = combine(self_mask, sliding_window_mask(length, window, causal, input_ids.device,
-                                                                    key_length=past + length))
-        rope = local_rope = None
-        if self.rotary is not None:
-            pos = position_ids if position_ids is not None else torch.arange(length, device=input_ids.device)
-            rope = local_rope = self.rotary(pos)
-            if self.local_rotary is not None:
-                local_rope = self.local_rotary(pos)
-        bias = (self.relative_bias(length, past + length, input_ids.device, query_offset=past)
-                if self.relative_bias is not None else None)
-        enc_mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None
-
-        x = self.embeddings(input_ids, token_type_ids, position_ids, task_type_ids, block_position_ids, token_embeds)
-        hidden, unpadded = [x], [False]
-        relative = self.relative_inputs(length, input_ids.device)
-        extra = {"relative": relative} if relative is not None else {}
-        unpadding = None
-        if (self.cfg.unpad or segments is not None) and attention_mask is not None and encoder_out is None:
-            unpadding = Unpadding.from_attention_mask(attention_mask)
-            x = unpadding.unpad(x)
-        plan = unpadding
-        stream_rope = None
-        if segments is not None:
-            stream_rope = (self.stream_angles(rope, x, unpadding),) * 2
-            if local_rope is not rope:
-                stream_rope = (stream_rope[0], self.stream_angles(local_rope, x, unpadding))
         blocks = self.blocks()[:num_blocks]
+        plan = plan_attention(self, input_ids, len(blocks), attention_mask, mask,
+                              self.causal if causal is None else causal, document_ids, position_ids,
+                              output_positions, cache, encoder_out, encoder_attention_mask)
+        embedded = self.embeddings(input_ids, token_type_ids, plan.position_ids, task_type_ids, block_position_ids,
+                                   token_embeds)
+        x, hidden, unpadded = embedded, [embedded], [False]
         for i, block in enumerate(blocks):
-            last = i == len(blocks) - 1
-            sparse = last and output_positions is not None
-            if unpadding is not None and sparse:
-                x, unpadding = unpadding.pad(x), None  # the sparse last layer indexes the padded layout
-            is_global = self.cfg.is_global_layer(i)
-            layer_segments = None
-            if segments is not None and not sparse and (is_global or causal):
-                layer_segments = segments if is_global else segments.banded(window)
-            layer_rope = rope if is_global else local_rope
-            if layer_segments is not None:
-                layer_rope = stream_rope[0 if is_global else 1]
-            x = block(x, mask=self_mask if is_global else local_mask, is_causal=causal and is_global,
-                      position_bias=bias, rope=layer_rope, encoder_out=encoder_out,
-                      encoder_mask=enc_mask, query_index=output_positions if last else None,
-                      **({"unpadding": unpadding} if unpadding is not None and layer_segments is None else {}),
-                      **({"segments": layer_segments} if layer_segments is not None else {}),
-                      **({"cache": cache[i]} if cache is not None else {}), **extra)
+            x = block(plan.enter(i, x), plan.layer(i))
             if i == 0 and self.conv is not None:
-                x = self.conv(hidden[0], x, attention_mask)
+                x = self.conv(embedded, x, attention_mask)
             hidden.append(x)
-            unpadded.append(unpadding is not None)
+            unpadded.append(plan.unpadded(i))
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if unpadding is not None:
-            x = unpadding.pad(x)
-        if self.final_norm is not None or unpadding is not None:
+        if unpadded[-1]:
+            x = plan.unpadding.pad(x)
+        if self.final_norm is not None or unpadded[-1]:
             hidden[-1], unpadded[-1] = x, False
-        return BackboneOutput(x, tuple(hidden), plan if any(unpadded) else None, tuple(unpadded))
-
-
-    def varlen_segments(self, attention_mask: Tensor | None, document_ids: Tensor | None, mask: Tensor | None,
-                        causal: bool, input_ids: Tensor) -> Segments | None:
-        """The batch's attention blocks when this stack attends block-diagonally (xformers, no mask beyond padding
-        and documents, no relative-position term), else None."""
-        if attention_mask is None and document_ids is None or mask is not None:
-            return None
-        if self.cfg.position_embedding in ("t5_relative", "disentangled", "xl_relative"):
-            return None
-        if resolve_backend(self.cfg.attention_backend, input_ids.device) != "xformers":
-            return None
-        return Segments.of_batch(attention_mask, document_ids, tuple(input_ids.shape), causal)
-
-    @staticmethod
-    def stream_angles(rope: tuple[Tensor, Tensor] | None, x: Tensor,
-                      unpadding: Unpadding | None) -> tuple[Tensor, Tensor] | None:
-        """Rotary angles ``[L, D]`` or ``[B, L, D]`` laid out as the flat stream of ``x``: ``[1, T, D]``."""
-        if rope is None:
-            return None
-        b = unpadding.batch if unpadding is not None else x.shape[0]
-        rows = tuple(t.expand(b, *t.shape[-2:]) for t in rope)
-        return tuple(unpadding.unpad(t) if unpadding is not None else t.reshape(1, -1, t.shape[-1]) for t in rows)
+        return BackboneOutput(x, tuple(hidden), plan.unpadding if any(unpadded) else None, tuple(unpadded))
 
     def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, attention_mask: Tensor | None = None,
                               mask: Tensor | None = None, query_index: Tensor | None = None, steps: int = 2) -> Tensor:
@@ -230,12 +145,11 @@ class TransformerStack(nn.Module):
         only these positions' rows."""
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None
-        self_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None, mask)
-        relative = self.relative_inputs(hidden.shape[1], hidden.device)
-        extra = {"relative": relative} if relative is not None else {}
+        attention = LayerAttention(combine(padding_mask(attention_mask) if attention_mask is not None else None, mask),
+                                   relative=self.relative_inputs(hidden.shape[1], hidden.device), query_index=query_index)
         block = self.blocks()[-1]
         for _ in range(steps):
-            query = block(hidden, mask=self_mask, query=query, query_index=query_index, **extra)
+            query = block(hidden, attention, query=query)
         return query
 
     def relative_inputs(self, length: int, device: torch.device) -> tuple[Tensor, Tensor] | None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from plm_lightning.nn.attention import LayerCache, MultiHeadAttention, take_rows
+from plm_lightning.nn.attention import MultiHeadAttention, take_rows
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import DisentangledSelfAttention
 from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.feedforward import FeedForward
+from plm_lightning.nn.layer_attention import EVERY_POSITION, LayerAttention
 from plm_lightning.nn.norms import make_norm
-from plm_lightning.nn.unpad import Unpadding
-from plm_lightning.nn.varlen import Segments
 from plm_lightning.nn.xl_relative import RelativeSelfAttention
 
 
@@ -73,41 +72,16 @@ class TransformerBlock(nn.Module):
             return skip + self.dropout(fn(norm(x), *args, **kwargs))
         return norm(skip + self.dropout(fn(x, *args, **kwargs)))
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
-        position_bias: Tensor | None = None,
-        rope: tuple[Tensor, Tensor] | None = None,
-        encoder_out: Tensor | None = None,
-        encoder_mask: Tensor | None = None,
-        encoder_position_bias: Tensor | None = None,
-        query_index: Tensor | None = None,
-        unpadding: Unpadding | None = None,
-        relative: tuple[Tensor, Tensor] | None = None,
-        query: Tensor | None = None,
-        cache: LayerCache | None = None,
-        memory: Tensor | None = None,
-        segments: Segments | None = None,
-    ) -> Tensor:
-        """``query_index`` ``[B, K]``: the output only at these positions (``[B, K, H]``); they still attend to all.
-        ``unpadding``: ``x`` holds the real tokens only, ``[1, T, H]`` (see ``plm_lightning.nn.unpad``).
-        ``relative``: DeBERTa's (relative embedding table, relative positions) or Transformer-XL's ``XLRelative``.
-        ``query``: a separate query stream (DeBERTa's Enhanced Mask Decoder, XLNet's query stream; its rows at
-        ``query_index`` or at every position), keys/values from ``x``. ``memory``: Transformer-XL's hidden states of
-        earlier segments, extra keys/values before ``x``. ``segments``: self-attention over the blocks of a flat stream
-        (``plm_lightning.nn.varlen``)."""
-        skip = query if query is not None else take_rows(x, query_index) if query_index is not None else None
-        given = {"unpadding": unpadding, "relative": relative, "query": query, "memory": memory, "segments": segments,
-                 "cache": None if cache is None else cache.self_attn}
-        extra = {k: v for k, v in given.items() if v is not None}
-        x = self._residual(x, self.self_attn_norm, self.self_attn, mask=mask, is_causal=is_causal,
-                           position_bias=position_bias, rope=rope, query_index=query_index, skip=skip, **extra)
+    def forward(self, x: Tensor, attention: LayerAttention = EVERY_POSITION, query: Tensor | None = None) -> Tensor:
+        """``attention``: this layer's share of the batch's :class:`~plm_lightning.nn.attention_plan.AttentionPlan`
+        (mask, positions, layout, cache, the encoder for cross-attention). With ``attention.query_index`` ``[B, K]``
+        the output holds only these positions (``[B, K, H]``; they still attend to all). ``query``: a separate query
+        stream (DeBERTa's Enhanced Mask Decoder, XLNet's query stream; its rows at ``query_index`` or at every
+        position), keys and values from ``x``."""
+        index = attention.query_index
+        skip = query if query is not None else take_rows(x, index) if index is not None else None
+        x = self._residual(x, self.self_attn_norm, self.self_attn, attention.self_attention(), skip=skip,
+                           **({"query": query} if query is not None else {}))
         if self.cross_attn is not None:
-            if encoder_out is None:
-                raise ValueError("this block has cross-attention: pass encoder_out")
-            x = self._residual(x, self.cross_attn_norm, self.cross_attn, mask=encoder_mask,
-                               position_bias=encoder_position_bias, kv=encoder_out,
-                               **({"cache": cache.cross_attn} if cache is not None else {}))
+            x = self._residual(x, self.cross_attn_norm, self.cross_attn, attention.cross_attention())
         return self._residual(x, self.ffn_norm, self.ffn)

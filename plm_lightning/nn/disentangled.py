@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.attention import MultiHeadAttention, take_query_rows, take_rows
 from plm_lightning.nn.dropout import Dropout
+from plm_lightning.nn.layer_attention import EVERY_POSITION, LayerAttention
 
 
 def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
@@ -92,24 +93,25 @@ class DisentangledSelfAttention(MultiHeadAttention):
             p2c = take_query_rows(p2c, query_index)
         return (c2p + p2c) * self.scale
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,  # noqa: D102
-                position_bias: Tensor | None = None, rope: tuple[Tensor, Tensor] | None = None,
-                kv: Tensor | None = None, query_index: Tensor | None = None,
-                relative: tuple[Tensor, Tensor] | None = None, query: Tensor | None = None) -> Tensor:
-        """``query_index`` ``[B, K]``: outputs only for these positions. ``query``: a separate query stream (DeBERTa's
-        Enhanced Mask Decoder) at ``query_index`` (or at every position); keys and values always come from ``x``."""
-        if relative is None:
+    def forward(self, x: Tensor, attention: LayerAttention = EVERY_POSITION,  # noqa: D102
+                query: Tensor | None = None) -> Tensor:
+        """``attention.relative``: the stack's (relative table, positions). ``attention.query_index`` ``[B, K]``:
+        outputs only for these positions. ``query``: a separate query stream (DeBERTa's Enhanced Mask Decoder) at
+        ``query_index`` (or at every position); keys and values always come from ``x``."""
+        a = attention
+        if a.relative is None:
             raise ValueError("disentangled attention needs relative=(embedding table, positions)")
-        if kv is not None or rope is not None:
-            raise ValueError("disentangled attention takes no kv or rope")
+        if a.kv is not None or a.rope is not None or a.segments is not None or a.unpadding is not None:
+            raise ValueError("disentangled attention takes no kv, rope, segments or unpadding")
         h = self.hidden_size
-        q, k, v = (self._heads(t) for t in self.project(x, query_index, query))
-        bias = self.relative_bias(q, k, *relative, query_index=query_index)
-        if query_index is not None:
-            mask, position_bias = take_query_rows(mask, query_index), take_query_rows(position_bias, query_index)
+        q, k, v = (self._heads(t) for t in self.project(x, a.query_index, query))
+        bias = self.relative_bias(q, k, *a.relative, query_index=a.query_index)
+        mask, position_bias = a.mask, a.position_bias
+        if a.query_index is not None:
+            mask, position_bias = take_query_rows(mask, a.query_index), take_query_rows(position_bias, a.query_index)
         if position_bias is not None:
             bias = bias + position_bias
-        out = self.attend(q, k, v, mask, is_causal, bias)
+        out = self.attend(q, k, v, mask, a.is_causal, bias)
         bsz, _, n, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(bsz, n, h))
 

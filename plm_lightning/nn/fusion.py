@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from plm_lightning.nn.attention import MultiHeadAttention
 from plm_lightning.nn.feedforward import ACTIVATIONS
+from plm_lightning.nn.layer_attention import LayerAttention
 
 
 class KnowledgeFusionLayer(nn.Module):
@@ -56,12 +57,12 @@ class KnowledgeFusionLayer(nn.Module):
         """``tokens`` ``[B, T, H]``, ``entities`` ``[B, T, d_e]`` (read only where ``entity_mask`` ``[B, T]`` is
         True), ``attention_mask`` ``[B, T]`` (1 = a real token) -> (tokens, entities) of the same shapes."""
         keys = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        w = self.token_attn_norm(tokens + self.dropout(self.token_attn(tokens, mask=keys)))
+        w = self.token_attn_norm(tokens + self.dropout(self.token_attn(tokens, LayerAttention(mask=keys))))
         aligned = entity_mask.bool()
         # a row with no entity lets its (unused) entity queries see every position rather than none (no NaN)
         entity_keys = (aligned | ~aligned.any(1, keepdim=True))[:, None, None, :]
         e = entities * aligned[..., None]
-        e = self.entity_attn_norm(e + self.dropout(self.entity_attn(e, mask=entity_keys)))
+        e = self.entity_attn_norm(e + self.dropout(self.entity_attn(e, LayerAttention(mask=entity_keys))))
         e = e * aligned[..., None]
         fused = self.act(self.fuse_token(w) + self.fuse_entity(e))  # e is zero where no entity: eq. 4
         tokens_out = self.token_norm(w + self.dropout(self.token_out(fused)))

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.nn.attention import MultiHeadAttention, take_query_rows, take_rows
+from plm_lightning.nn.layer_attention import EVERY_POSITION, LayerAttention
 
 
 def relative_sinusoids(query_length: int, key_length: int, dim: int, bidirectional: bool, clamp_len: int = -1,
@@ -85,17 +86,18 @@ class RelativeSelfAttention(MultiHeadAttention):
         self.segment_bias = nn.Parameter(torch.zeros(num_heads, d)) if segments else None  # b (r_s_bias)
         self.segment_embed = nn.Parameter(torch.zeros(2, num_heads, d)) if segments else None  # s+ / s-
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,  # noqa: D102
-                position_bias: Tensor | None = None, rope: tuple[Tensor, Tensor] | None = None,
-                kv: Tensor | None = None, query_index: Tensor | None = None, relative: XLRelative | None = None,
-                query: Tensor | None = None, memory: Tensor | None = None) -> Tensor:
-        """``mask`` ``[B|1, 1, Q, K]`` (True = may attend) over the keys ``[memory; x]``. ``query_index`` ``[B, N]``:
-        outputs only for these positions, from ``query`` (XLNet's query stream) when given, else from ``x``; a mask
-        with N rows is taken as one row per query already (both streams in one call, see ``XLStack``)."""
+    def forward(self, x: Tensor, attention: LayerAttention = EVERY_POSITION,  # noqa: D102
+                query: Tensor | None = None) -> Tensor:
+        """``attention.mask`` ``[B|1, 1, Q, K]`` (True = may attend) over the keys ``[memory; x]``,
+        ``attention.relative`` the stack's ``XLRelative``. ``attention.query_index`` ``[B, N]``: outputs only for these
+        positions, from ``query`` (XLNet's query stream) when given, else from ``x``; a mask with N rows is taken as
+        one row per query already (both streams in one call, see ``XLStack``)."""
+        relative, memory, query_index, mask = attention.relative, attention.memory, attention.query_index, attention.mask
         if relative is None:
             raise ValueError("relative attention needs relative=XLRelative(...)")
-        if kv is not None or rope is not None or position_bias is not None:
-            raise ValueError("relative attention takes no kv, rope or position_bias")
+        if attention.kv is not None or attention.rope is not None or attention.position_bias is not None \
+                or attention.segments is not None or attention.unpadding is not None:
+            raise ValueError("relative attention takes no kv, rope, position_bias, segments or unpadding")
         h = self.hidden_size
         keys = x if memory is None else torch.cat([memory.to(x.dtype), x], dim=1)
         source = query if query is not None else take_rows(x, query_index) if query_index is not None else x
@@ -125,6 +127,6 @@ class RelativeSelfAttention(MultiHeadAttention):
             bias = bias + torch.where(diff, seg[..., 1:], seg[..., :1])
         if query_index is not None and mask is not None and mask.shape[-2] != n:  # else: already one row per query
             mask = take_query_rows(mask, query_index)
-        out = self.attend(q + u[:, None].to(q.dtype), k, v, mask, is_causal and mask is None,
+        out = self.attend(q + u[:, None].to(q.dtype), k, v, mask, attention.is_causal and mask is None,
                           bias * self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, h))

@@ -24,6 +24,7 @@ from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.embeddings import Embeddings
+from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.nn.xl_relative import XLRelative, relative_index, relative_sinusoids
 
 
@@ -126,10 +127,10 @@ class XLStack(nn.Module):
             if mem_len > 0:
                 new_memory.append((x if past is None else torch.cat([past.to(x.dtype), x], 1))[:, -mem_len:].detach())
             if g is None:
-                x = block(x, mask=content_mask, relative=relative, memory=past)
+                x = block(x, LayerAttention(mask=content_mask, relative=relative, memory=past))
             else:
-                both = block(x, mask=both_masks, relative=relative, query=torch.cat([x, g], 1), query_index=rows,
-                             memory=past)
+                both = block(x, LayerAttention(mask=both_masks, relative=relative, query_index=rows, memory=past),
+                             query=torch.cat([x, g], 1))
                 x, g = both[:, :length], both[:, length:]
             hidden.append(x)
         return XLOutput(self.dropout(x), None if g is None else self.dropout(g), new_memory if mem_len > 0 else None,
