@@ -7,6 +7,8 @@ import ast
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "plm_lightning"
@@ -120,6 +122,7 @@ def test_one_set_of_default_callbacks() -> None:
 TOY_PACKAGE = '''
 """Every-k-th masking: a toy objective declared outside plm_lightning (a corruption, a module, a data module)."""
 import numpy as np
+import pytest
 import torch
 
 from plm_lightning.data.collators import stack_samples
@@ -214,3 +217,34 @@ def test_a_new_objective_needs_no_edit_to_the_package(tmp_path, monkeypatch, cap
     assert found["objective"] == "EveryKthLM" and found["corruption"] == "every_kth"
     assert abs(found["loss_fraction"] - 1 / 3) < 0.05, found  # every third real token carries the loss
     assert "valid keys under 'data': k," in cli_error(["fit", "--config", "toy.yaml", "--data.kk", "2"], capsys)
+
+
+def test_every_data_module_declares_a_view_inspect_has() -> None:
+    """``inspect`` takes each data module's view from the data module (``inspection_view``), not from a list of
+    objectives: every shipped one names a view that exists (ELMo's and the static embeddings' by their examples),
+    and an unknown name is one line naming the class."""
+    from plm_lightning.data.datamodule import TextDataModule
+    from plm_lightning.data.static import WordEmbeddingDataModule
+    from plm_lightning.errors import ConfigError
+    from plm_lightning.inspection import _views, recipe_views
+    from plm_lightning.registry import lightning_classes
+
+    views = _views()
+    declared = {}
+    for cls in lightning_classes("data"):
+        if not cls.__module__.startswith("plm_lightning."):
+            continue
+        view = getattr(cls, "inspection_view", "token")
+        if isinstance(view, property):
+            continue
+        declared[cls.__name__] = view
+        assert view in views, (cls.__name__, view)
+    assert declared["SpanCorruptionDataModule"] == declared["BARTDataModule"] == "seq2seq"
+    assert declared["REALMDataModule"] == "retrieval" and declared["MaskedLMDataModule"] == "token"
+    assert isinstance(WordEmbeddingDataModule.inspection_view, property)
+
+    class Odd(TextDataModule):
+        inspection_view = "audio"
+
+    with pytest.raises(ConfigError, match=r"inspect: Odd.inspection_view='audio' is not one of token, seq2seq"):
+        recipe_views(Odd())

@@ -32,6 +32,14 @@ class BARTCollator:
         self.noise, self.bos_id, self.eos_id, self.pad_id, self.mask_id = noise, bos_id, eos_id, pad_id, mask_id
         self.random_ids, self.seed = random_ids, seed
 
+    def describe(self, batch: dict[str, torch.Tensor]) -> str:
+        """The noise of the batch's first row, in words (``inspect``)."""
+        n = self.noise
+        return (f"{n.mask_length} masking of {n.mask_ratio:g} of the words (replace_length={n.replace_length}, "
+                f"lambda={n.poisson_lambda:g}, {n.placement}), sentence permutation {n.permute_sentence_ratio:g}, "
+                f"rotation {n.rotate_ratio:g}, insertion {n.insert_ratio:g}; {int(batch['noise_tokens'][0])} "
+                f"tokens noised in {int(batch['noise_spans'][0])} spans")
+
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         targets, noised = [], []
         for s, key in zip(samples, sample_keys(self.seed, samples)):
@@ -56,6 +64,8 @@ class BARTCollator:
 
 class BARTDataModule(TextDataModule):
     """BART's denoising data: rows of whole sentences of one document, noised by :class:`BARTNoise`."""
+
+    inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "bos", "eos", "mask", "cls", "sep")
     decoder_start_token = "eos"

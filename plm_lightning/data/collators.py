@@ -144,6 +144,8 @@ class CausalLMCollator:
     """Next-token prediction: ``labels[i] = input_ids[i + 1]`` (no corruption; every real token carries loss)."""
 
     objective = "causal_lm"
+    corrupts_input = False
+    """The input is the text itself (``inspect`` reports no mask/random/unchanged fractions)."""
 
     def __init__(self, document_mask: bool = False) -> None:
         self.document_mask = document_mask

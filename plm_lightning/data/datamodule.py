@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
@@ -68,6 +68,11 @@ MAX_VOCAB_SIZE = 1 << 21
 
 class TextDataModule(L.LightningDataModule):
     """Shared data path of every objective; subclasses choose the packing mode and the collator."""
+
+    inspection_view: ClassVar[str] = "token"
+    """Which of ``inspect``'s views measures this data (``plm_lightning.inspection.VIEWS``): ``token`` (a corrupted
+    or causal row and its loss positions), ``seq2seq`` (encoder input and decoder target), ``blank_infilling``,
+    ``permutation``, ``retrieval``; a data module of a new kind of objective names its own."""
 
     required_special_tokens: tuple[str, ...] = ("pad",)
     token_type_vocab: int | None = None

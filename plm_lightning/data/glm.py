@@ -58,6 +58,8 @@ class GLMDataModule(TextDataModule):
     """GLM's pretraining data: raw rows short enough that Part A + Part B (the row plus two tokens per span) fit
     ``seq_len``."""
 
+    inspection_view = "blank_infilling"
+
     required_special_tokens = ("pad", "mask", "sop", "eop", "eos")
 
     def __init__(self, *args: Any, tokenizer: str = "bpe", packing: PackingMode = "contiguous",

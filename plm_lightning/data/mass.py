@@ -31,6 +31,10 @@ class MASSCollator:
         self.fragment_ratio, self.seed, self.hide_masks_from_decoder = fragment_ratio, seed, hide_masks_from_decoder
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
 
+    def describe(self, batch: dict[str, torch.Tensor]) -> str:
+        """The corruption of the batch's first row, in words (``inspect``)."""
+        return f"fragment_ratio={self.fragment_ratio} (fragment starts at {int(batch['fragment_start'][0])})"
+
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         rows = []
         for s, key in zip(samples, sample_keys(self.seed, samples)):
@@ -59,6 +63,8 @@ class MASSCollator:
 class MASSDataModule(TextDataModule):
     """MASS: contiguous ``seq_len`` rows, one fragment of ``fragment_ratio`` of each masked for the encoder and
     predicted by the decoder."""
+
+    inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "eos", "mask")
     decoder_start_token = "pad"

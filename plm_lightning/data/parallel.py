@@ -43,6 +43,8 @@ class TranslationCollator:
 class ParallelDataModule(L.LightningDataModule):
     """Translation pairs for CoVe's MT-LSTM."""
 
+    inspection_view = "translation"
+
     def __init__(self, parallel_corpus: str = "fake:embedded", min_count: int = 2, max_length: int = 50,
                  max_pairs: int | None = None, batch_size: int = 32, val_fraction: float = 0.02,
                  num_workers: int = 0, seed: int = 1234) -> None:

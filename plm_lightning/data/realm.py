@@ -248,6 +248,8 @@ class REALMDataModule(TextDataModule):
     """Queries (salient-span masked sentences, ``seq_len`` tokens at most) and the knowledge corpus the model
     retrieves from (``knowledge_blocks``)."""
 
+    inspection_view = "retrieval"
+
     required_special_tokens = ("pad", "cls", "sep", "mask")
 
     def __init__(self, *args: Any, block_len: int = 288, ict_keep_prob: float = 0.1,

@@ -65,6 +65,10 @@ class SpanCorruptionCollator:
         self.decoder_start_id = pad_id if decoder_start_id is None else decoder_start_id
         self.decoder_only = decoder_only
 
+    def describe(self, batch: dict[str, torch.Tensor]) -> str:
+        """The corruption of the batch's first row, in words (``inspect``)."""
+        return f"noise_density={self.noise_density}, mean_noise_span_length={self.mean_noise_span_length}"
+
     def corrupt(self, tokens: np.ndarray, key: int) -> tuple[np.ndarray, np.ndarray]:
         """(input, target) of one row of real tokens."""
         rng = np.random.default_rng(int(key))
@@ -102,6 +106,9 @@ class UL2Collator(SpanCorruptionCollator):
         super().__init__(sentinels, eos_id, pad_id, seed=seed, decoder_only=decoder_only)
         self.mode_ids, self.weights = mode_ids, weights
 
+    def describe(self, batch: dict[str, torch.Tensor]) -> str:
+        return f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
+
     def choose(self, key: int) -> int:
         return int(np.random.default_rng([int(key), 7]).choice(len(self.weights), p=self.weights))
 
@@ -118,6 +125,8 @@ class UL2Collator(SpanCorruptionCollator):
 
 class SpanCorruptionDataModule(TextDataModule):
     """T5's pretraining data: contiguous raw rows, span corruption with sentinels, targets for the decoder."""
+
+    inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "eos")
     decoder_start_token = "pad"

@@ -268,6 +268,11 @@ class WordEmbeddingDataModule(L.LightningDataModule):
     """The static embeddings' data: word2vec / fastText examples (``examples: pairs``) or GloVe's co-occurrences
     (``examples: cooccurrence``) over a word vocabulary of the corpus."""
 
+    @property
+    def inspection_view(self) -> str:
+        """``inspect``'s view of this data: ELMo's sequences, or the static embeddings' examples."""
+        return "sequences" if self.examples == "sequences" else "static"
+
     def __init__(self, source: str | None = None, text_field: str = "text", split: str = "train",
                  examples: Literal["pairs", "cooccurrence", "sequences"] = "pairs",
                  mode: Literal["skipgram", "cbow"] = "skipgram",

@@ -92,6 +92,8 @@ class PermutationLMCollator:
 class PermutationLMDataModule(TextDataModule):
     """XLNet's pretraining data over segment pairs of ``seq_len`` tokens."""
 
+    inspection_view = "permutation"
+
     required_special_tokens = ("pad", "sep", "cls")
 
     def __init__(self, *args: Any, packing: PackingMode = "continuation_pairs", partial_prediction_k: float = 6.0,

@@ -11,6 +11,7 @@ import numpy as np
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.errors import ConfigError
 from plm_lightning.inspection.batches import sample_batches, stream_mix
 from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
 from plm_lightning.inspection.entities import collect_entities, entity_summary, render_entities
@@ -36,24 +37,39 @@ def build_datamodule(configs: list[str], overrides: list[str], prepare: bool = T
     return datamodule, cli.model
 
 
+def _views() -> dict[str, tuple[Callable[[Any, Any, int], dict[str, Any]], Callable[..., None]]]:
+    """``inspect``'s views by the name a data module declares (``inspection_view``): its ``--json`` statistics
+    ``(datamodule, model, batches)`` and its text view ``(datamodule, model, out, width=, progress=)``."""
+    from plm_lightning.inspection import retrieval, static, translation
+
+    return {
+        "token": (token_statistics, render),  # a corrupted or causal row and its loss positions
+        "seq2seq": (seq2seq_statistics, render),  # T5, UL2, BART, MASS (UL2's decoder-only rows render as tokens)
+        "blank_infilling": (blank_infilling_statistics, render),  # GLM
+        "permutation": (permutation_statistics, render),  # XLNet
+        "retrieval": (retrieval.realm_statistics, _plain(retrieval.render_realm)),  # REALM's queries and blocks
+        "translation": (translation.translation_statistics, _plain(translation.render_translation)),  # CoVe
+        "sequences": (static.sequence_statistics, _plain(static.render_sequences)),  # ELMo
+        "static": (static.static_statistics, _plain(static.render_static)),  # word2vec, fastText, GloVe
+    }
+
+
+def _plain(view: Callable[[Any, Any, TextIO], None]) -> Callable[..., None]:
+    """A text view that shows no attention grid: ``width`` and ``progress`` do not apply."""
+    return lambda datamodule, model, out, width=24, progress=0.0: view(datamodule, model, out)
+
+
 def recipe_views(datamodule: Any, width: int = 24, progress: float = 0.0
                  ) -> tuple[Callable[[Any, Any, int], dict[str, Any]], Callable[[Any, Any, TextIO], None]]:
     """A recipe's ``inspect --json`` statistics ``(datamodule, model, batches)`` and its text view
-    ``(datamodule, model, out)``: the word-level recipes, REALM and the token-level objectives each have theirs."""
-    from plm_lightning.data.parallel import ParallelDataModule
-    from plm_lightning.data.realm import REALMDataModule
-    from plm_lightning.data.static import WordEmbeddingDataModule
-    from plm_lightning.inspection import retrieval, static, translation
-
-    if isinstance(datamodule, ParallelDataModule):  # CoVe
-        return translation.translation_statistics, translation.render_translation
-    if isinstance(datamodule, WordEmbeddingDataModule):
-        if datamodule.examples == "sequences":  # ELMo
-            return static.sequence_statistics, static.render_sequences
-        return static.static_statistics, static.render_static  # word2vec, fastText, GloVe
-    if isinstance(datamodule, REALMDataModule):  # retrieval-augmented: queries and a knowledge corpus
-        return retrieval.realm_statistics, retrieval.render_realm
-    return corruption_statistics, functools.partial(render, width=width, progress=progress)
+    ``(datamodule, model, out)``: the view its data module declares (``inspection_view``)."""
+    name = getattr(datamodule, "inspection_view", "token")
+    views = _views()
+    if name not in views:
+        raise ConfigError(f"inspect: {type(datamodule).__name__}.inspection_view={name!r} is not one of "
+                          f"{', '.join(views)}")
+    statistics, text = views[name]
+    return statistics, functools.partial(text, width=width, progress=progress)
 
 
 def _span_words(batch: dict[str, Any], samples: list[dict[str, Any]]) -> list[int]:
@@ -82,15 +98,15 @@ def _runs(mask: np.ndarray) -> list[int]:
 
 
 def corruption_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
-    """The statistics the design fixes for every objective (null where a field does not apply)."""
+    """The statistics the design fixes for every objective (null where a field does not apply), from the view the
+    data module declares."""
+    return recipe_views(datamodule)[0](datamodule, model, batches)
+
+
+def token_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
+    """The ``token`` view: masking fractions, spans, lengths and loss positions of corrupted (or causal) rows."""
     collate = datamodule.collator()
-    if getattr(collate, "objective", "") in ("span_corruption", "mixture_of_denoisers", "masked_seq2seq", "denoising"):
-        return seq2seq_statistics(datamodule, model, batches)
-    if getattr(collate, "objective", "") == "blank_infilling":
-        return blank_infilling_statistics(datamodule, model, batches)
-    if getattr(collate, "objective", "") == "permutation_lm":
-        return permutation_statistics(datamodule, model, batches)
-    corrupting = getattr(collate, "objective", "") not in ("causal_lm", "fill_in_the_middle")
+    corrupting = getattr(collate, "corrupts_input", True)
     fim = [0, 0]
     mask_id = datamodule.tokenizer.ids.get("mask")
     tokens = loss_tokens = n_mask = n_random = n_same = 0

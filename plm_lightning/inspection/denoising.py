@@ -123,20 +123,7 @@ def render_seq2seq(datamodule: TextDataModule, model: Any, sample: dict[str, Any
     real = int(batch["attention_mask"][0].sum())
     labels = [t for t in batch["labels"][0].tolist() if t != IGNORE_INDEX]
     collate = datamodule.collator()
-    if "denoiser" in batch:  # UL2: this row's denoiser
-        from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
-
-        corruption = f"denoiser {UL2_DENOISERS[int(batch['denoiser'][0])].name} of the mixture"
-    elif hasattr(collate, "noise"):  # BART
-        n = collate.noise
-        corruption = (f"{n.mask_length} masking of {n.mask_ratio:g} of the words (replace_length={n.replace_length}, "
-                      f"lambda={n.poisson_lambda:g}, {n.placement}), sentence permutation {n.permute_sentence_ratio:g}, "
-                      f"rotation {n.rotate_ratio:g}, insertion {n.insert_ratio:g}; {int(batch['noise_tokens'][0])} "
-                      f"tokens noised in {int(batch['noise_spans'][0])} spans")
-    elif hasattr(collate, "fragment_ratio"):  # MASS
-        corruption = f"fragment_ratio={collate.fragment_ratio} (fragment starts at {int(batch['fragment_start'][0])})"
-    else:
-        corruption = f"noise_density={collate.noise_density}, mean_noise_span_length={collate.mean_noise_span_length}"
+    corruption = collate.describe(batch)  # each encoder-decoder collator says its own corruption
     out.write(f"objective: {type(model).__name__} ({collate.objective}), encoder seq_len={datamodule.seq_len} "
               f"(raw rows of {len(raw)} tokens), {corruption}\n\n")
     out.write(f"original ({len(raw)} tokens):\n  {show(raw)}\n\n")
