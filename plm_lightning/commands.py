@@ -49,7 +49,7 @@ def run_import(argv: list[str]) -> None:
     parser.add_argument("--generator", default=None, help="ELECTRA: the ElectraForMaskedLM generator directory that "
                         "goes with an ElectraForPreTraining discriminator")
     args = parser.parse_args(argv)
-    from plm_lightning.interop import import_hf
+    from plm_lightning.objectives.loading import import_hf
 
     info = import_hf(args.hf_dir, args.out_ckpt, args.generator)
     print(f"imported {args.hf_dir} ({info['family']}) into {info['checkpoint']}; continue pretraining with "
@@ -172,7 +172,7 @@ def run_predict(argv: list[str]) -> None:
 def _static_embeddings(path: str):  # noqa: ANN202
     """The static-embedding module of a checkpoint (word2vec, fastText, GloVe), or None for any other checkpoint."""
     from plm_lightning.checkpoint_format import CHECKPOINT_KEY, WORD_VECTOR_OBJECTIVES
-    from plm_lightning.interop.io import is_hf_directory, load_checkpoint
+    from plm_lightning.interop.hf_files import is_hf_directory, load_checkpoint
 
     if is_hf_directory(path):
         return None

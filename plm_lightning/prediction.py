@@ -22,7 +22,7 @@ FIM_HOLE = "<fim_middle>"
 
 def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
     """(model in eval mode, tokenizer) of a CausalLM / Seq2SeqLM checkpoint of ours or a transformers directory."""
-    from plm_lightning.interop.io import load_pretrained
+    from plm_lightning.objectives.loading import load_pretrained
 
     return load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
 

@@ -201,7 +201,8 @@ def _hf_bart():
 
 
 def test_bart_import_then_export_matches_transformers(tmp_path):
-    from plm_lightning.interop import export_checkpoint, import_hf
+    from plm_lightning.interop import export_checkpoint
+    from plm_lightning.objectives.loading import import_hf
 
     hf = _hf_bart()
     hf.save_pretrained(tmp_path / "hf")
@@ -242,7 +243,8 @@ def test_our_bart_exports_to_transformers(tmp_path):
 def test_non_bart_seq2seq_export_and_nonzero_logits_bias_are_refused(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from plm_lightning.interop import export_checkpoint, import_hf
+    from plm_lightning.interop import export_checkpoint
+    from plm_lightning.objectives.loading import import_hf
 
     module = Seq2SeqLM(backbone="tiny-bart", vocab_size=101, backbone_overrides={"norm_position": "pre"})
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),

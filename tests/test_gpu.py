@@ -178,7 +178,7 @@ def test_every_decoding_strategy_runs_on_cuda_as_on_the_cpu(strategy):
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2", "deberta-v3"])
 def test_transformers_parity_on_cuda(kind, tmp_path):
-    from plm_lightning.interop import import_hf
+    from plm_lightning.objectives.loading import import_hf
     from tests.test_parity import TOL, _close, _hf, _hf_logits, _inputs, _load_module, _ours_logits
 
     hf = _hf(kind)

@@ -11,10 +11,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from plm_lightning.errors import ConfigError  # noqa: E402
-from plm_lightning.interop import export_checkpoint, import_hf  # noqa: E402
+from plm_lightning.interop import export_checkpoint  # noqa: E402
 from plm_lightning.interop.fields import FIELDS, Fixed, Honoured, Inert  # noqa: E402
 from plm_lightning.interop.hf import config_from_hf  # noqa: E402
 from plm_lightning.objectives import Seq2SeqLM  # noqa: E402
+from plm_lightning.objectives.loading import import_hf  # noqa: E402
 from tests.conftest import decoder_logits, seq2seq_batch  # noqa: E402
 from tests.test_parity import TOL, _close, _hf_logits, _inputs, _load_module, _ours_logits  # noqa: E402
 

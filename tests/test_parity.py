@@ -10,8 +10,9 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY  # noqa: E402
-from plm_lightning.interop import export_checkpoint, import_hf  # noqa: E402
+from plm_lightning.interop import export_checkpoint  # noqa: E402
 from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM  # noqa: E402
+from plm_lightning.objectives.loading import import_hf  # noqa: E402
 
 TOL = 1e-4
 SMALL = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)

@@ -161,7 +161,8 @@ def _theirs(model, batch):
 
 @pytest.mark.parametrize("v1_1", [False, True], ids=["t5", "t5-v1_1"])
 def test_t5_import_then_export_matches_transformers(v1_1, tmp_path):
-    from plm_lightning.interop import export_checkpoint, import_hf
+    from plm_lightning.interop import export_checkpoint
+    from plm_lightning.objectives.loading import import_hf
 
     hf = _hf_t5(v1_1)
     hf.save_pretrained(tmp_path / "hf")
@@ -206,7 +207,8 @@ def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
     which transformers 4 loads untied) and comes back unchanged."""
     from safetensors.torch import load_file
 
-    from plm_lightning.interop import export_checkpoint, import_hf
+    from plm_lightning.interop import export_checkpoint
+    from plm_lightning.objectives.loading import import_hf
 
     torch.manual_seed(4)
     module = Seq2SeqLM(backbone="tiny-t5-v1_1", vocab_size=101).eval()
@@ -225,7 +227,7 @@ def test_untied_t5_v1_1_round_trips_through_the_transformers_format(tmp_path):
 
 
 def test_mt5_import_matches_transformers(tmp_path):
-    from plm_lightning.interop import import_hf
+    from plm_lightning.objectives.loading import import_hf
 
     torch.manual_seed(0)
     cfg = transformers.MT5Config(vocab_size=101, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,

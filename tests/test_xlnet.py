@@ -207,7 +207,8 @@ def _ours_logits(model, ids, types, mask, perm, targets, memory=None):
 
 @pytest.mark.parametrize("bi_data", [False, True])
 def test_import_then_export_matches_xlnet_lm_head_model(bi_data, tmp_path):
-    from plm_lightning.interop import export_checkpoint, import_hf
+    from plm_lightning.interop import export_checkpoint
+    from plm_lightning.objectives.loading import import_hf
     from tests.test_parity import _load_module
 
     hf = _hf_xlnet(bi_data=bi_data)

@@ -57,7 +57,7 @@ class FinetuneModule(L.LightningModule):
         self.hparams["transfer"] = asdict(self.transfer)
         if not init_from:
             raise ConfigError("model.init_from is required: a plm_lightning checkpoint or a transformers directory")
-        from plm_lightning.interop.io import load_pretrained
+        from plm_lightning.objectives.loading import load_pretrained
 
         pretrained, own_tokenizer = load_pretrained(init_from, objectives, "model.init_from")
         if tokenizer is not None:
@@ -96,7 +96,7 @@ class FinetuneModule(L.LightningModule):
 
     def load_head(self, init_from: str | None) -> None:
         """Bring the head of a transformers ``*For<Task>`` directory of this task along (not with ``random_init``)."""
-        from plm_lightning.interop.io import is_hf_directory
+        from plm_lightning.interop.hf_files import is_hf_directory
         from plm_lightning.interop.task_heads import TASK_SUFFIX, load_hf_head
 
         if init_from and not self.hparams.get("random_init") and type(self).__name__ in TASK_SUFFIX \

@@ -54,7 +54,7 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
     """Write a fine-tuned checkpoint of ours as a transformers task model directory; returns the architecture."""
     from plm_lightning.checkpoint_format import CHECKPOINT_KEY
     from plm_lightning.interop.hf import hf_config, to_hf
-    from plm_lightning.interop.io import safetensors_module, tokenizer_from_meta
+    from plm_lightning.interop.hf_files import safetensors_module, tokenizer_from_meta
 
     meta = checkpoint[CHECKPOINT_KEY]
     head, family, labels = meta["objective"], meta.get("family"), meta.get("labels") or []
@@ -101,7 +101,7 @@ def finetuned_to_hf(checkpoint: dict[str, Any], out_dir: str | Path) -> str:
 def load_hf_head(module: nn.Module, head: str, family: str | None, hf_dir: str | Path) -> bool:
     """Copy the head of a transformers ``*For<Task>`` directory into ``module`` when its class is ``head``'s task;
     False (the head stays fresh) for any other class. A label count that differs is a ConfigError."""
-    from plm_lightning.interop.io import read_hf_weights
+    from plm_lightning.interop.hf_files import read_hf_weights
 
     directory = Path(hf_dir)
     config = json.loads((directory / "config.json").read_text())

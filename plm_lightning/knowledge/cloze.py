@@ -108,8 +108,8 @@ def load_reader(path: str | Path):  # noqa: ANN201 - a LanguageModel or a ClozeR
     """The probe's view of a checkpoint: a :class:`~plm_lightning.knowledge.lm.LanguageModel` for causal and
     masked LMs (every layer readable; ELECTRA through its generator), a :class:`ClozeReader` for encoder-decoders
     and XLNet (the answer logits)."""
-    from plm_lightning.interop.io import load_pretrained
     from plm_lightning.knowledge.lm import LM_OBJECTIVES, LanguageModel
+    from plm_lightning.objectives.loading import load_pretrained
 
     if not Path(path).exists():
         raise ConfigError(f"no such checkpoint or transformers directory: '{path}'")

@@ -177,7 +177,8 @@ def _save_edited(source: str, lm, out: str) -> None:  # noqa: ANN001
     """The source checkpoint with the edited weights, written atomically."""
     import torch
 
-    from plm_lightning.interop.io import hf_to_checkpoint, is_hf_directory, load_checkpoint
+    from plm_lightning.interop.hf_files import is_hf_directory, load_checkpoint
+    from plm_lightning.objectives.loading import hf_to_checkpoint
 
     ckpt = hf_to_checkpoint(source) if is_hf_directory(source) else load_checkpoint(source)
     ckpt["state_dict"] = {k: v.detach().cpu().clone() for k, v in lm.module.state_dict().items()}

@@ -47,7 +47,7 @@ class ModelView:
 
     @classmethod
     def load(cls, path: str | Path) -> Self:
-        from plm_lightning.interop.io import load_pretrained
+        from plm_lightning.objectives.loading import load_pretrained
 
         if not Path(path).exists():
             raise ConfigError(f"no such checkpoint or transformers directory: '{path}'")

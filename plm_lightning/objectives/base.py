@@ -137,7 +137,8 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
         """Continued pretraining: the backbone (and the LM head) must fit exactly; other heads may differ, as when a
         BERT with NSP continues with MLM only (Gururangan et al. 2020): dropped heads are left out, new heads start
         fresh, and both are named in a warning."""
-        from plm_lightning.interop.io import hf_to_checkpoint, is_hf_directory, load_checkpoint
+        from plm_lightning.interop.hf_files import is_hf_directory, load_checkpoint
+        from plm_lightning.objectives.loading import hf_to_checkpoint
 
         try:
             ckpt = hf_to_checkpoint(path) if is_hf_directory(path) else load_checkpoint(path)

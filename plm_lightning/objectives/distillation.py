@@ -55,7 +55,7 @@ class DistilBERT(MaskedLM):
             raise ConfigError("model.teacher is required: a MaskedLM checkpoint or a transformers BERT directory")
         if temperature <= 0 or min(alpha_ce, alpha_mlm, alpha_cos) < 0:
             raise ConfigError("model.temperature must be > 0 and the alphas >= 0")
-        from plm_lightning.interop.io import load_pretrained
+        from plm_lightning.objectives.loading import load_pretrained
 
         teacher_model, self_tokenizer = load_pretrained(teacher, ("MaskedLM",), "model.teacher")
         layers = student_layer_indices(teacher_model.config.num_layers, student_layers)

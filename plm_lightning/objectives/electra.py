@@ -20,28 +20,12 @@ from torch import Tensor, nn
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
+from plm_lightning.interop.electra import generator_config  # noqa: F401 (the generator shape; re-exported)
 from plm_lightning.nn import BackboneConfig, Encoder, LMHead
 from plm_lightning.nn.embeddings import EmbeddingSharing, share_embeddings
 from plm_lightning.nn.flops import training_flops
 from plm_lightning.nn.heads import TokenDetectionHead
 from plm_lightning.objectives.base import PretrainingModule
-
-
-def generator_config(disc: BackboneConfig, size_divisor: int, num_layers: int | None = None,
-                     num_heads: int | None = None) -> BackboneConfig:
-    """The generator's shape as in the ELECTRA reference code (``get_generator_config``): hidden size H / divisor,
-    feed-forward 4x that, one head per 64 dimensions (at least one, and one that divides the width), the same depth
-    unless ``num_layers`` says otherwise, and the discriminator's embedding size so the tables can be shared.
-    ``num_heads`` overrides the head count (e.g. to match a released generator)."""
-    if size_divisor < 1 or disc.hidden_size % size_divisor:
-        raise ConfigError(f"model.generator_size_divisor={size_divisor} does not divide the hidden size "
-                          f"{disc.hidden_size}; use a divisor of it (ELECTRA: 4 for small and large, 3 for base)")
-    hidden = disc.hidden_size // size_divisor
-    heads = num_heads or max(1, hidden // 64)
-    while hidden % heads:
-        heads -= 1
-    return disc.replace(hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden,
-                        num_layers=num_layers or disc.num_layers, embedding_size=disc.embedding_size or disc.hidden_size)
 
 
 class ELECTRA(PretrainingModule):
