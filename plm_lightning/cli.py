@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
 
 from plm_lightning.command_index import EXTRA_COMMANDS, answer_without_lightning
 from plm_lightning.errors import ConfigError
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
             getattr(commands, f"run_{argv[0].replace('-', '_')}")(argv[1:])
         else:
-            from plm_lightning.recipe_cli import PLMCLI
+            from plm_lightning.recipe_cli import PLMCLI, check_config_files
 
             check_config_files(argv)
             PLMCLI(args=None if from_sys else argv)
@@ -133,22 +132,6 @@ def main(argv: list[str] | None = None) -> None:
         if line is not None:
             _fail(line)
         raise
-
-
-def check_config_files(argv: list[str]) -> None:
-    """Each ``--config`` file readable as UTF-8 text and not empty, or one line naming it (jsonargparse would raise
-    a UnicodeDecodeError, or say "Unexpected config" without the file)."""
-    for i, arg in enumerate(argv):
-        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[len("--config="):] \
-            if arg.startswith("--config=") else None
-        if path is None or not Path(path).is_file():
-            continue
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"--config: '{path}' is not UTF-8 text (byte {err.start}); save it as UTF-8") from err
-        if not text.strip():
-            raise ConfigError(f"--config: '{path}' is empty; give a recipe YAML (configs/*.yaml)")
 
 
 def _is_parse_error(err: BaseException) -> bool:

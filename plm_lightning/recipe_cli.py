@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,35 @@ class PLMCLI(LightningCLI):
             return common | {"default_config_files": default_config_files()}
         per_command = {"default_config_files": default_config_files()}
         return {cmd: dict(per_command) for cmd in ("fit", "validate", "test", "predict")} | common
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Each ``--config`` file readable as UTF-8 text and not empty, or one line naming it (jsonargparse would raise
+    a UnicodeDecodeError, or say "Unexpected config" without the file)."""
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[len("--config="):] \
+            if arg.startswith("--config=") else None
+        if path is None or not Path(path).is_file():
+            continue
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"--config: '{path}' is not UTF-8 text (byte {err.start}); save it as UTF-8") from err
+        if not text.strip():
+            raise ConfigError(f"--config: '{path}' is empty; give a recipe YAML (configs/*.yaml)")
+
+
+def build_recipe(configs: list[str], overrides: list[str], prepare: bool = True) -> tuple[Any, Any]:
+    """(data module, model) of a recipe (``configs`` and ``--key value`` ``overrides``), instantiated exactly as
+    ``fit`` would, its data prepared with ``prepare``: the programmatic way in, used by ``inspect``, the arena, the
+    data commands and the tools."""
+    args = [a for c in configs for a in ("--config", c)] + overrides
+    check_config_files(args)
+    with warnings.catch_warnings():  # args given while sys.argv holds the `inspect` command line: intended here
+        warnings.filterwarnings("ignore", message=".*args parameter is intended")
+        cli = PLMCLI(args=args, run=False)
+    datamodule = cli.datamodule
+    if prepare:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    return datamodule, cli.model

@@ -47,8 +47,9 @@ from plm_lightning.errors import ConfigError, last_line
 def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str, Any]:
     """FLOPs per training step (the mean over ``steps`` real training steps at the arena's shape, as the objective
     counts them for the MFU callback), the objective, its parameter count and its corruption statistics."""
-    from plm_lightning.inspection import build_datamodule, corruption_statistics
+    from plm_lightning.inspection import corruption_statistics
     from plm_lightning.objectives.base import PretrainingModule
+    from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     args = config.recipe_args(recipe)
     datamodule, model = build_datamodule([args[1]], args[2:])
@@ -257,15 +258,20 @@ class Arena:
 
 
 def _run_in_process(argv: list[str], log: TextIO) -> int:
-    """``python -m plm_lightning ARGV``'s exit status, run here with its output written to ``log`` (the CLI's
-    one-line errors included; any other exception is written as one line too)."""
-    from plm_lightning.cli import main
+    """The exit status of the scoring command ``ARGV`` (``probe`` or ``prompt``), called here as the function the CLI
+    dispatches to, its output written to ``log``; a bad input is its one line, any other exception one line too."""
+    from plm_lightning.evaluation.commands import run_prompt
+    from plm_lightning.knowledge.commands import run_probe
 
+    command = {"probe": run_probe, "prompt": run_prompt}[argv[0]]
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            main(argv)
+            command(argv[1:])
         except SystemExit as done:
             return done.code if isinstance(done.code, int) else int(done.code is not None)
+        except ConfigError as err:
+            print(f"plm_lightning: error: {err}", file=log)
+            return 2
         except Exception as err:  # noqa: BLE001 - recorded as the score's error, the arena goes on
             print(f"{type(err).__name__}: {err}", file=log)
             return 1

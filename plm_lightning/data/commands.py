@@ -112,7 +112,7 @@ def run_optimize(argv: list[str]) -> None:
     writable_path(args.out, "optimize: the output")
     chunk_bytes(args.chunk_bytes)
     from plm_lightning.data.streaming import write_streams
-    from plm_lightning.inspection import build_datamodule
+    from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     datamodule, _ = build_datamodule(args.config, rest)
     if datamodule.streaming is not None or "train" not in datamodule.blocks:
@@ -145,7 +145,7 @@ def run_pack(argv: list[str]) -> None:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
     from plm_lightning.data.corpus_packing import shard_statistics
-    from plm_lightning.inspection import build_datamodule
+    from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     datamodule, _ = build_datamodule(args.config, rest, prepare=False)
     if args.workers is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -18,23 +17,7 @@ from plm_lightning.inspection.entities import collect_entities, entity_summary, 
 from plm_lightning.inspection.permutation import permutation_statistics, render_permutation
 from plm_lightning.inspection.picture import self_attention
 from plm_lightning.nn.masks import ATTENTION_KINDS
-
-
-def build_datamodule(configs: list[str], overrides: list[str], prepare: bool = True) -> tuple[TextDataModule, Any]:
-    """Instantiate the recipe exactly as ``fit`` would, and (with ``prepare``) prepare its data."""
-    from plm_lightning.cli import check_config_files
-    from plm_lightning.recipe_cli import PLMCLI
-
-    args = [a for c in configs for a in ("--config", c)] + overrides
-    check_config_files(args)
-    with warnings.catch_warnings():  # args given while sys.argv holds the `inspect` command line: intended here
-        warnings.filterwarnings("ignore", message=".*args parameter is intended")
-        cli = PLMCLI(args=args, run=False)
-    datamodule = cli.datamodule
-    if prepare:
-        datamodule.prepare_data()
-        datamodule.setup("fit")
-    return datamodule, cli.model
+from plm_lightning.recipe_cli import build_recipe as build_datamodule  # noqa: F401 - the tools' name for it
 
 
 def _views() -> dict[str, tuple[Callable[[Any, Any, int], dict[str, Any]], Callable[..., None]]]:

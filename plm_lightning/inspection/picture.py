@@ -210,8 +210,8 @@ def draw_all_recipes(configs: dict[str, Path], path: Path, overrides: list[str],
     """Build every recipe's DataModule as ``fit`` would and draw the grid; a recipe that cannot be built from its
     YAML alone (DistilBERT needs its teacher) is listed under the grid with the reason. ``max_documents`` builds
     each from the first documents of its text only (a quicker grid: tokenizers and packing on less text)."""
-    from plm_lightning.inspection import build_datamodule
     from plm_lightning.progress import progress_bar
+    from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     pictures: list[ObjectivePicture] = []
     skipped: dict[str, str] = {}
