@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.interop.adapter import FamilyAdapter
 from plm_lightning.nn.config import BackboneConfig
 
 ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration"}
@@ -154,3 +155,21 @@ def t5_from_config(config: dict[str, Any]) -> BackboneConfig:
         relative_attention_max_distance=config.get("relative_attention_max_distance", 128),
         initialization="t5", initializer_range=config.get("initializer_factor", 1.0),
         pad_token_id=pad)
+
+
+class T5Adapter(FamilyAdapter):
+    """T5 and mT5 (``T5ForConditionalGeneration``, ``MT5ForConditionalGeneration``)."""
+
+    families = model_types = tuple(ARCHITECTURES)
+
+    def to_hf(self, state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return t5_to_hf(state, cfg)
+
+    def from_hf(self, hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return t5_from_hf(hf, cfg)
+
+    def hf_config(self, cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
+        return t5_config(cfg, special_ids, family)
+
+    def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
+        return config["model_type"], t5_from_config(config), "Seq2SeqLM"

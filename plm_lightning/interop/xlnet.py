@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.interop.adapter import FamilyAdapter
 from plm_lightning.nn.config import BackboneConfig
 
 
@@ -95,3 +96,21 @@ def xlnet_from_config(config: dict[str, Any]) -> BackboneConfig:
         ffn_dropout=config.get("dropout", 0.1), relative_segments=True, mem_len=config.get("mem_len") or 0,
         clamp_len=config.get("clamp_len", -1), bidirectional_data=bool(config.get("bi_data")),
         initializer_range=config.get("initializer_range", 0.02), pad_token_id=config.get("pad_token_id") or 0)
+
+
+class XLNetAdapter(FamilyAdapter):
+    """XLNet (``XLNetLMHeadModel``)."""
+
+    families = model_types = ("xlnet",)
+
+    def to_hf(self, state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return xlnet_to_hf(state, cfg)
+
+    def from_hf(self, hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return xlnet_from_hf(hf, cfg)
+
+    def hf_config(self, cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
+        return xlnet_config(cfg, special_ids)
+
+    def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
+        return "xlnet", xlnet_from_config(config), "PermutationLM"
