@@ -18,9 +18,9 @@ from plm_lightning.data.packing import (
     pack,
     reads_sentences,
     split_documents,
-    tokenize_documents,
 )
 from plm_lightning.data.shards import read_meta, write_meta
+from plm_lightning.data.tokenized import tokenize_documents
 from plm_lightning.data.tokenizer import TextTokenizer
 
 

@@ -42,15 +42,13 @@ from plm_lightning.data.knowledge import KnowledgeSpec, Phrase
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
-    TokenizedDocument,
-    flagged_pairs,
     pack_translation_pairs,
     packed_rows,
     reads_sentences,
     rows_to_blocks,
-    tokenize_documents,
 )
 from plm_lightning.data.shards import ShardedBlocks, ShardWriter, read_meta, write_meta
+from plm_lightning.data.tokenized import TokenizedDocument, flagged_pairs, tokenize_documents
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, process_alive

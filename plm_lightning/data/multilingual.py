@@ -29,7 +29,6 @@ from plm_lightning.data.datamodule import MaskedLMDataModule
 from plm_lightning.data.packing import (
     FORMAT_VERSION,
     PackedBlocks,
-    flagged_pairs,
     pack_translation_pairs,
     split_documents,
 )
@@ -41,6 +40,7 @@ from plm_lightning.data.sources import (
     parallel_fingerprint,
     source_fingerprint,
 )
+from plm_lightning.data.tokenized import flagged_pairs
 from plm_lightning.errors import ConfigError
 
 PAIR_PACKINGS = ("sentence_pairs", "sentence_order")

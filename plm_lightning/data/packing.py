@@ -1,4 +1,5 @@
-"""Tokenize once and pack into fixed-length blocks (memory-mapped ``.npy`` files, cached by ``block_cache``).
+"""Pack tokenized documents (:mod:`plm_lightning.data.tokenized`) into fixed-length blocks (memory-mapped ``.npy`` files,
+cached by ``block_cache``).
 
 Packing modes:
 
@@ -22,14 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, word_signals
-from plm_lightning.data.sentences import split_corpus, split_sentences
+from plm_lightning.data.tokenized import (  # noqa: F401 - TokenizedDocument, tokenize_documents: re-exported
+    ID_BITS,
+    TokenizedDocument,
+    flagged_pairs,
+    flagged_sentences,
+    split_flags,
+    tokenize_documents,
+)
 from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
@@ -45,10 +51,6 @@ def reads_sentences(mode: str) -> bool:
     """Whether packing ``mode`` needs each document's sentences (every mode but the token-stream ones)."""
     return mode not in TOKEN_STREAM_MODES
 FORMAT_VERSION = 7
-# per-token flags carried next to the id until blocks are written (the packers only move tokens around)
-ID_BITS = 40
-WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY, CAPITALISED, LEXICAL, ELSEWHERE, SENTENCE_START = (
-    1 << (ID_BITS + i) for i in range(9))
 KNOWLEDGE_FIELDS = ("phrase_starts", "entity_starts", "in_phrase", "in_entity", "capitalised", "lexical", "elsewhere")
 
 
@@ -111,103 +113,6 @@ BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label"
 
 
 @dataclass
-class TokenizedDocument:
-    """Token ids per sentence. Until blocks are written each token carries its unit flags above bit ``ID_BITS``
-    (continues a word / phrase / entity, lies in a phrase / entity), so the packers stay agnostic of them;
-    :func:`_split_flags` decodes them."""
-
-    sentences: list[list[int]]
-
-
-def _split_flags(tokens: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``(ids, flags)`` of flagged tokens: word starts and the ERNIE unit arrays."""
-    tokens = tokens.astype(np.int64)
-    ids = (tokens & ((1 << ID_BITS) - 1)).astype(np.int32)
-    flags = {"word_starts": (tokens & WORD_CONT) == 0, "phrase_starts": (tokens & PHRASE_CONT) == 0,
-             "entity_starts": (tokens & ENTITY_CONT) == 0, "in_phrase": (tokens & IN_PHRASE) != 0,
-             "in_entity": (tokens & IN_ENTITY) != 0, "capitalised": (tokens & CAPITALISED) != 0,
-             "lexical": (tokens & LEXICAL) != 0, "elsewhere": (tokens & ELSEWHERE) != 0,
-             "sentence_starts": (tokens & SENTENCE_START) != 0}
-    return ids, flags
-
-
-def _flag_sentence(ids: list[int], word_index: list[int], unit_flags: list[list],
-                   signals: tuple[list[bool], ...] = ()) -> list[int]:
-    """Tokens with their flags: ``unit_flags`` = (phrase units, in phrase, entity units, in entity) per word, or
-    empty for word boundaries only; ``signals`` = ERNIE 2.0's (capitalised, lexical, elsewhere) per word."""
-    out = []
-    for i, (t, w) in enumerate(zip(ids, word_index)):
-        continues_word = w >= 0 and i > 0 and word_index[i - 1] == w
-        value = t | (WORD_CONT if continues_word else 0) | (SENTENCE_START if i == 0 else 0)
-        if unit_flags and w >= 0:
-            phrase_units, in_phrase, entity_units, in_entity = unit_flags
-            value |= PHRASE_CONT if continues_word or (w > 0 and phrase_units[w] == phrase_units[w - 1]) else 0
-            value |= ENTITY_CONT if continues_word or (w > 0 and entity_units[w] == entity_units[w - 1]) else 0
-            value |= (IN_PHRASE if in_phrase[w] else 0) | (IN_ENTITY if in_entity[w] else 0)
-        if signals and w >= 0:
-            capitalised, lexical, elsewhere = signals
-            value |= (CAPITALISED if capitalised[w] else 0) | (LEXICAL if lexical[w] else 0)
-            value |= ELSEWHERE if elsewhere[w] else 0
-        out.append(value)
-    return out
-
-
-def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_sentence: bool,
-                       knowledge: KnowledgeSpec | None = None, segmenter: str = "tokenizer",
-                       cache: bool = True, phrases: set[Phrase] | None = None, splitter: str = "pysbd"
-                       ) -> list[TokenizedDocument]:
-    """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split by
-    ``splitter``, once, and cached on disk with ``cache``, see :func:`~plm_lightning.data.sentences.split_corpus`).
-    With ``knowledge``, phrases are fitted on (or looked up
-    for) the corpus' words, unless ``phrases`` gives the table (a streamed corpus's, fitted beforehand), and entity
-    units found per sentence."""
-    if by_sentence:
-        units = split_corpus(documents, splitter) if cache else [split_sentences(d, splitter) for d in documents]
-    else:
-        units = [[d] for d in documents]
-    flat = [s for u in units for s in u]
-    if knowledge is None and segmenter == "tokenizer":
-        encoded = [_flag_word_starts(e.ids, e.word_ids)
-                   for e in tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False)]
-        return _documents(units, encoded)
-    encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
-    if phrases is None:
-        phrases = (knowledge.phrase_table([words for _, _, words in encoded_words]) if knowledge is not None
-                   else set())
-    signals: list[tuple] = []
-    if knowledge is not None:
-        pos = 0
-        for u in units:
-            signals.extend(word_signals([words for _, _, words in encoded_words[pos: pos + len(u)]]))
-            pos += len(u)
-    encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [],
-                              signals[k] if signals else ())
-               for k, (ids, index, words) in enumerate(encoded_words)]
-    return _documents(units, encoded)
-
-
-def _flag_word_starts(ids: list[int], word_ids: list[int | None]) -> list[int]:
-    """:func:`_flag_sentence` without knowledge units, from the tokenizer's word ids: the fast path of every recipe
-    but ERNIE's (a token continues a word when it has the word id of the token before)."""
-    if not ids:
-        return []
-    out = [t | WORD_CONT if w == p and w is not None else t for t, w, p in zip(ids, word_ids, chain((None,), word_ids))]
-    out[0] |= SENTENCE_START
-    return out
-
-
-def _documents(units: list[list[str]], encoded: list[list[int]]) -> list[TokenizedDocument]:
-    """The flagged sentences regrouped by document (documents with no token dropped)."""
-    out, pos = [], 0
-    for u in units:
-        sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
-        pos += len(u)
-        if sentences:
-            out.append(TokenizedDocument(sentences))
-    return out
-
-
-@dataclass
 class PackedRow:
     """One block before padding: flagged tokens, the document of each token (numbered from 0 in the block) and, in
     the pair modes, where segment B starts and the pair's label."""
@@ -229,7 +134,7 @@ def blocks_from_rows(rows: Sequence[PackedRow], length: int, pad_id: int, pairs:
         for i, row in enumerate(rows):
             tokens[i, : len(row.tokens)] = row.tokens
             docs[i, : len(row.documents)] = row.documents
-    ids, flags = _split_flags(tokens)
+    ids, flags = split_flags(tokens)
     blocks = PackedBlocks(ids, docs, **flags)
     if pairs:
         blocks.segment_b_start = np.asarray([r.b_start for r in rows], dtype=np.int32)
@@ -459,18 +364,6 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
         blocks.position_ids[i, : len(p)] = p
         blocks.language_ids[i, : len(lang)] = lang
     return blocks
-
-
-def flagged_sentences(texts: list[str], tokenizer: TextTokenizer, segmenter: str = "tokenizer") -> list[list[int]]:
-    """Token ids of each text with their word-start flags (see :class:`TokenizedDocument`)."""
-    return [_flag_sentence(ids, index, []) for ids, index, _ in tokenizer.encode_batch_with_words(texts, segmenter)]
-
-
-def flagged_pairs(pairs: Sequence[tuple[str, str]], tokenizer: TextTokenizer, segmenter: str = "tokenizer"
-                  ) -> list[tuple[list[int], list[int]]]:
-    """:func:`flagged_sentences` of both sides of sentence pairs (one batch through the encoder), as pairs."""
-    flagged = flagged_sentences([side for pair in pairs for side in pair], tokenizer, segmenter)
-    return list(zip(flagged[0::2], flagged[1::2]))
 
 
 def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
