@@ -6,4 +6,4 @@ CHECKPOINT_KEY = "plm_lightning"
 
 WORD_VECTOR_OBJECTIVES = ("Word2Vec", "FastText", "GloVe")
 """The objectives whose checkpoints hold static word vectors (``export`` writes them in the word2vec text format);
-``objectives.static_embeddings.STATIC_OBJECTIVES`` maps these names to their classes."""
+``objectives.static_queries.STATIC_OBJECTIVES`` maps these names to their classes."""

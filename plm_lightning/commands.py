@@ -180,14 +180,14 @@ def _static_embeddings(path: str):  # noqa: ANN202
     checkpoint = load_checkpoint(path)
     if checkpoint.get(CHECKPOINT_KEY, {}).get("objective") not in WORD_VECTOR_OBJECTIVES:
         return None
-    from plm_lightning.objectives.static_embeddings import load_static_embeddings  # Lightning: only for these
+    from plm_lightning.objectives.static_queries import load_static_embeddings  # Lightning: only for these
 
     return load_static_embeddings(checkpoint)
 
 
 def _answer_queries(model, queries: str, k: int, as_json: bool) -> None:  # noqa: ANN001
     """One query per line: a word (its nearest neighbours) or ``a - b + c`` (the analogy's answers)."""
-    from plm_lightning.objectives.static_embeddings import answer_query
+    from plm_lightning.objectives.static_queries import answer_query
 
     path = Path(queries)
     if not path.is_file():

@@ -19,7 +19,8 @@ from plm_lightning.data.static import (
     split_words,
     windows,
 )
-from plm_lightning.objectives.static_embeddings import FastText, GloVe, Word2Vec, char_ngrams, fnv1a
+from plm_lightning.objectives.glove import GloVe
+from plm_lightning.objectives.static_embeddings import FastText, Word2Vec, char_ngrams, fnv1a
 from tests.conftest import ROOT, run_cli
 
 GROUPS = [["alpha", "beta", "gamma", "delta", "epsilon"], ["red", "green", "blue", "yellow", "purple"],
@@ -196,6 +197,6 @@ def test_static_inspect(recipe, tmp_path):
 def test_checkpoint_readers_know_the_word_vector_objectives_by_name():
     """``export`` decides from the checkpoint's objective name, before importing the objectives (and Lightning)."""
     from plm_lightning.checkpoint_format import WORD_VECTOR_OBJECTIVES
-    from plm_lightning.objectives.static_embeddings import STATIC_OBJECTIVES
+    from plm_lightning.objectives.static_queries import STATIC_OBJECTIVES
 
     assert tuple(STATIC_OBJECTIVES) == WORD_VECTOR_OBJECTIVES

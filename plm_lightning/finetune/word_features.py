@@ -20,8 +20,9 @@ def load_word_model(path: str) -> Any:
     """An ELMo, CoVe, word2vec, GloVe or fastText checkpoint of ours, in eval mode with frozen weights."""
     from pathlib import Path
 
+    from plm_lightning.checkpoint_format import CHECKPOINT_KEY
     from plm_lightning.objectives import CoVe, ELMo
-    from plm_lightning.objectives.static_embeddings import CHECKPOINT_KEY, STATIC_OBJECTIVES
+    from plm_lightning.objectives.static_queries import STATIC_OBJECTIVES
 
     if not Path(path).is_file():
         raise ConfigError(f"model.features_from: '{path}' does not exist (an ELMo, CoVe, word2vec, GloVe or fastText "

@@ -9,8 +9,8 @@ softmax), fastText (subword n-grams) and GloVe, with nearest neighbours, analogi
 * fastText (Bojanowski et al. 2017, sec. 3.2): a word's input vector is the mean of its own vector and the vectors of
   its character n-grams (3 to 6, the word wrapped in < >), hashed (FNV-1a) into ``buckets`` rows; a word never seen
   gets the mean of its n-grams.
-* GloVe (Pennington et al. 2014, eq. 8-9): sum f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2 with
-  f(x) = min(1, (x / x_max)^alpha), x_max = 100, alpha = 3/4, AdaGrad (lr 0.05); the vectors are W + W~ (sec. 4.2).
+* GloVe: ``objectives.glove``, on the same base. Loading any of them from a checkpoint and answering neighbour and
+  analogy queries: ``objectives.static_queries``.
 """
 
 from __future__ import annotations
@@ -277,82 +277,3 @@ class FastText(Word2Vec):
             return super().vector(word)
         rows = torch.tensor(self.ngram_rows(word) or [-1], device=self.input_vectors.weight.device)
         return self._mean(None, rows)
-
-
-class GloVe(StaticEmbeddings):
-    """Weighted least squares on the log co-occurrence counts (``data.examples: cooccurrence``)."""
-
-    examples = "cooccurrence"
-
-    def __init__(self, dim: int = 100, learning_rate: float = 0.05, x_max: float = 100.0, alpha: float = 0.75) -> None:
-        """
-        Args:
-            dim: Vector size (GloVe: 50 to 300).
-            learning_rate: AdaGrad's rate (GloVe: 0.05).
-            x_max: Counts at or above x_max weigh 1 (GloVe: 100).
-            alpha: Exponent of the weighting below x_max (GloVe: 3/4).
-        """
-        if x_max <= 0 or alpha <= 0:
-            raise ConfigError(f"model.x_max={x_max} and model.alpha={alpha} must be positive (GloVe: 100, 0.75)")
-        super().__init__(dim, learning_rate, 1.0)
-        self.save_hyperparameters()
-
-    def build(self, vocab_size: int) -> None:
-        dim = self.hparams.dim
-        self.word = nn.Embedding(vocab_size, dim)
-        self.context = nn.Embedding(vocab_size, dim)
-        self.word_bias, self.context_bias = nn.Embedding(vocab_size, 1), nn.Embedding(vocab_size, 1)
-        for table in (self.word, self.context):
-            nn.init.uniform_(table.weight, -0.5 / dim, 0.5 / dim)  # glove.c: (rand - 0.5) / dim
-        for table in (self.word_bias, self.context_bias):
-            nn.init.uniform_(table.weight, -0.5 / dim, 0.5 / dim)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adagrad(self.parameters(), lr=self.hparams.learning_rate)
-
-    def loss(self, batch: dict[str, Tensor]) -> Tensor:
-        i, j, x = batch["row"], batch["col"], batch["count"]
-        prediction = ((self.word(i) * self.context(j)).sum(-1) + self.word_bias(i)[:, 0] + self.context_bias(j)[:, 0])
-        weight = torch.clamp((x / self.hparams.x_max) ** self.hparams.alpha, max=1.0)
-        return (weight * (prediction - torch.log(x)) ** 2).mean()
-
-    def vectors(self) -> Tensor:
-        return self.word.weight + self.context.weight
-
-
-STATIC_OBJECTIVES = {"Word2Vec": Word2Vec, "FastText": FastText, "GloVe": GloVe}
-
-
-def load_static_embeddings(checkpoint: dict[str, Any]) -> StaticEmbeddings:
-    """The trained module of a static-embedding checkpoint (its vocabulary travels in the checkpoint)."""
-    import inspect
-
-    cls = STATIC_OBJECTIVES[checkpoint[CHECKPOINT_KEY]["objective"]]
-    accepted = inspect.signature(cls.__init__).parameters
-    model = cls(**{k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k in accepted})
-    model.set_vocabulary(WordVocabulary.from_dict(checkpoint[CHECKPOINT_KEY]["vocabulary"]))
-    model.load_state_dict(checkpoint["state_dict"])
-    return model.eval()
-
-
-def answer_query(model: StaticEmbeddings, line: str, k: int = 10) -> dict[str, Any]:
-    """``word`` -> its nearest neighbours; ``a - b + c`` -> the analogy's answers (3CosAdd)."""
-    from plm_lightning.data.static import split_words
-
-    parts = [p.strip() for p in line.replace("+", " + ").replace("-", " - ").split()]
-    if len(parts) == 5 and parts[1] == "-" and parts[3] == "+":
-        a, b, c = (split_words(w)[0] for w in parts[0::2])
-        missing = [w for w in (a, b, c) if not _known(model, w)]
-        if missing:
-            return {"query": line, "analogy": [a, b, c], "error": f"not in the vocabulary: {', '.join(missing)}"}
-        return {"query": line, "analogy": [a, b, c], "neighbours": model.analogy(a, b, c, k)}
-    words = split_words(line)
-    if len(words) != 1:
-        return {"query": line, "error": "give one word, or an analogy 'a - b + c'"}
-    if not _known(model, words[0]):
-        return {"query": line, "error": f"not in the vocabulary: {words[0]}"}
-    return {"query": words[0], "neighbours": model.neighbours(words[0], k)}
-
-
-def _known(model: StaticEmbeddings, word: str) -> bool:
-    return word in model.vocabulary.index or isinstance(model, FastText)
