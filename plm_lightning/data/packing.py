@@ -345,7 +345,8 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
     """XLM's translation language modelling input (Lample & Conneau 2019, sec. 3.3 and fig. 2): one sentence pair
     per block, ``[CLS] source [SEP] target [SEP]``, positions restarting at the target sentence and every token
     tagged with its sentence's language; a pair longer than the block loses tokens as BERT's truncate_seq_pair
-    does. ``pairs`` hold flagged tokens (:func:`_flag_sentence`), so word-level masking sees word starts."""
+    does. ``pairs`` hold flagged tokens (:func:`~plm_lightning.data.tokenized.flagged_pairs`), so word-level masking
+    sees word starts."""
     rows, positions, language_rows = [], [], []
     for source, target in pairs:
         a, b = list(source), list(target)
