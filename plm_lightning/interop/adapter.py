@@ -46,3 +46,23 @@ class FamilyAdapter:
     def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
         """(family, our BackboneConfig, our objective class name) of a ``config.json`` of one of ``model_types``."""
         raise NotImplementedError
+
+
+class FunctionAdapter(FamilyAdapter):
+    """A family whose module defines its four mappings as functions of our config alone: ``state_to_hf(state,
+    cfg)``, ``state_from_hf(hf, cfg)``, ``config_to_hf(cfg, special_ids)`` and ``config_from_hf(config)``, set on
+    the subclass as static methods, with the family's one name and our ``objective`` class."""
+
+    objective: str = "MaskedLM"
+
+    def to_hf(self, state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return self.state_to_hf(state, cfg)
+
+    def from_hf(self, hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
+        return self.state_from_hf(hf, cfg)
+
+    def hf_config(self, cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
+        return self.config_to_hf(cfg, special_ids)
+
+    def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
+        return self.families[0], self.config_from_hf(config), self.objective

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.interop.adapter import FamilyAdapter
+from plm_lightning.interop.adapter import FunctionAdapter
 from plm_lightning.nn.config import BackboneConfig
 
 POSITION_OFFSET = 2
@@ -131,19 +131,10 @@ def bart_from_config(config: dict[str, Any]) -> BackboneConfig:
         pad_token_id=config.get("pad_token_id", 1))
 
 
-class BARTAdapter(FamilyAdapter):
+class BARTAdapter(FunctionAdapter):
     """BART (``BartForConditionalGeneration``)."""
 
     families = model_types = ("bart",)
-
-    def to_hf(self, state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
-        return bart_to_hf(state, cfg)
-
-    def from_hf(self, hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
-        return bart_from_hf(hf, cfg)
-
-    def hf_config(self, cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
-        return bart_config(cfg, special_ids)
-
-    def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
-        return "bart", bart_from_config(config), "Seq2SeqLM"
+    objective = "Seq2SeqLM"
+    state_to_hf, state_from_hf = staticmethod(bart_to_hf), staticmethod(bart_from_hf)
+    config_to_hf, config_from_hf = staticmethod(bart_config), staticmethod(bart_from_config)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
-from plm_lightning.interop.adapter import FamilyAdapter
+from plm_lightning.interop.adapter import FunctionAdapter
 from plm_lightning.nn.config import BackboneConfig
 
 
@@ -98,19 +98,10 @@ def xlnet_from_config(config: dict[str, Any]) -> BackboneConfig:
         initializer_range=config.get("initializer_range", 0.02), pad_token_id=config.get("pad_token_id") or 0)
 
 
-class XLNetAdapter(FamilyAdapter):
+class XLNetAdapter(FunctionAdapter):
     """XLNet (``XLNetLMHeadModel``)."""
 
     families = model_types = ("xlnet",)
-
-    def to_hf(self, state: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
-        return xlnet_to_hf(state, cfg)
-
-    def from_hf(self, hf: dict[str, Tensor], cfg: BackboneConfig, family: str) -> dict[str, Tensor]:
-        return xlnet_from_hf(hf, cfg)
-
-    def hf_config(self, cfg: BackboneConfig, family: str, special_ids: dict[str, int]) -> dict[str, Any]:
-        return xlnet_config(cfg, special_ids)
-
-    def from_config(self, config: dict[str, Any]) -> tuple[str, BackboneConfig, str]:
-        return "xlnet", xlnet_from_config(config), "PermutationLM"
+    objective = "PermutationLM"
+    state_to_hf, state_from_hf = staticmethod(xlnet_to_hf), staticmethod(xlnet_from_hf)
+    config_to_hf, config_from_hf = staticmethod(xlnet_config), staticmethod(xlnet_from_config)
