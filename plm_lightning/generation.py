@@ -17,6 +17,7 @@ from torch import Tensor
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.attention import LayerCache
+from plm_lightning.nn.masks import prefix_lm_mask
 from plm_lightning.nn.xl_stack import XLStack
 
 Strategy = Literal["greedy", "sample", "beam"]
@@ -71,6 +72,8 @@ class Decoding:
         self.memory: list[Tensor] | None = None
         self.prompt_mask: Tensor | None = None
         """A causal LM's left-padded prompts: which prompt tokens are real (None: no padding)."""
+        self.prefix: int | None = None
+        """A prefix-LM decoder's (continuum, ``data.bidirectional_fraction > 0``) bidirectional prefix: the prompt."""
 
     def _decoder(self) -> torch.nn.Module:
         backbone = self.model.backbone
@@ -91,6 +94,10 @@ class Decoding:
                 raise ConfigError("generate: Transformer-XL prompts in one batch must have the same length (its "
                                   "memory has no padding mask)")
             self.prompt_mask = attention_mask
+        from plm_lightning.objectives.loading import reads_bidirectionally
+
+        if reads_bidirectionally(self.model):  # the prompt is read as it was pretrained: as the bidirectional prefix
+            self.prefix = input_ids.shape[1]
         return input_ids
 
     def step(self, sequence: Tensor, new: int) -> Tensor:
@@ -113,6 +120,9 @@ class Decoding:
             grown = sequence.shape[1] - self.prompt_mask.shape[1]
             mask = torch.cat([self.prompt_mask, self.prompt_mask.new_ones(sequence.shape[0], grown)], dim=1)
             kwargs = {"position_ids": (mask.cumsum(1) - 1).clamp(min=0)[:, -tokens.shape[1]:]}
+        if self.prefix is not None and tokens.shape[1] == sequence.shape[1]:  # the prompt's tokens see each other
+            prefix = torch.full((sequence.shape[0],), self.prefix, device=sequence.device)
+            kwargs.update(mask=prefix_lm_mask(prefix, sequence.shape[1]), causal=False)
         out = decoder(tokens, mask, cache=self.cache if self.use_cache else None, **kwargs)
         hidden = out.last_hidden_state[:, -1]
         cfg = self.model.config

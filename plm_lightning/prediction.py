@@ -22,9 +22,14 @@ FIM_HOLE = "<fim_middle>"
 
 def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
     """(model in eval mode, tokenizer) of a CausalLM / Seq2SeqLM checkpoint of ours or a transformers directory."""
-    from plm_lightning.objectives.loading import load_pretrained
+    from plm_lightning.objectives.loading import load_pretrained, predicts_next_token
 
-    return load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
+    model, tok = load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
+    if not predicts_next_token(model):
+        raise ConfigError(f"'{path}' was pretrained with data.prediction=masked: its head fills masked positions in "
+                          "place and never predicts the next token, so it cannot generate or score continuations "
+                          "(a data.prediction=next_token checkpoint can)")
+    return model, tok
 
 
 def decoding_ids(model: torch.nn.Module, tok: Any) -> tuple[int | None, int | None]:

@@ -139,3 +139,53 @@ def test_fine_tuning_reads_the_input_as_the_pretrained_prefix(fraction, causal, 
     else:  # no transformers GPT-2 reads bidirectionally: refused, not exported wrong
         with pytest.raises(ConfigError, match="fine-tuned reading its input bidirectionally"):
             finetuned_to_hf(checkpoint, tmp_path / "hf")
+
+
+def _continuum_checkpoint(tmp_path, fraction: float, prediction: str = "next_token") -> str:
+    from tests.conftest import tiny_pretrained
+
+    path = tiny_pretrained(tmp_path / f"gpt-{fraction}-{prediction}.ckpt", "gpt2")
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["datamodule_hyper_parameters"] = {"bidirectional_fraction": fraction, "prediction": prediction}
+    torch.save(ckpt, path)
+    return path
+
+
+def test_a_prefix_lm_is_prompted_and_continues_with_the_prompt_as_its_prefix(tmp_path) -> None:
+    """A continuum decoder pretrained with a bidirectional prefix reads a prompt as that prefix (Artetxe et al. 2022,
+    sec. 3): a candidate's log-likelihood and a generation's first step are those of one pass under the prefix-LM mask
+    over the prompt, with and without the KV cache; the causal end point keeps the causal mask. A checkpoint pretrained
+    with masked prediction never learnt the next token: refused in one line."""
+    from plm_lightning.evaluation.prompting import PromptScorer
+    from plm_lightning.generation import Decoding, GenerationConfig, generate
+    from plm_lightning.nn.masks import prefix_lm_mask
+    from plm_lightning.prediction import load_generator
+
+    prompt, candidate = "The function returns", " the value of x plus one."
+    for fraction in (0.0, 0.5):
+        scorer = PromptScorer(*load_generator(_continuum_checkpoint(tmp_path, fraction)))
+        assert scorer.prefix_lm is (fraction > 0)
+        context = [scorer.eos, *scorer.encode(prompt)]
+        cand = scorer.encode(prompt + candidate)[len(context) - 1:]
+        ids = torch.tensor([[*context, *cand]])
+        with torch.no_grad():
+            shapes = {"prefix": {"mask": prefix_lm_mask(torch.tensor([len(context)]), ids.shape[1]), "causal": False},
+                      "causal": {}}
+            logprobs = {k: scorer.model.lm_head(scorer.model.backbone(ids, **v).last_hidden_state[0]).log_softmax(-1)
+                        for k, v in shapes.items()}
+        expected = {k: float(v[len(context) - 1:-1].gather(1, torch.tensor(cand)[:, None]).sum())
+                    for k, v in logprobs.items()}
+        total, _ = scorer.continuation_logprobs(prompt, candidate)
+        assert total == pytest.approx(expected["prefix" if fraction else "causal"], rel=1e-5)
+        assert (abs(expected["prefix"] - expected["causal"]) > 1e-3) is True  # the two masks differ on this prompt
+        prompt_ids = torch.tensor([context])
+        with torch.no_grad():
+            state = Decoding(scorer.model, True)
+            first = state.step(state.start(prompt_ids, torch.ones_like(prompt_ids), None), prompt_ids.shape[1])
+        reference = logprobs["prefix" if fraction else "causal"][len(context) - 1]
+        assert torch.allclose(first[0].log_softmax(-1), reference, atol=1e-4)
+        runs = [generate(scorer.model, prompt_ids, None, GenerationConfig("greedy", max_new_tokens=6, use_cache=c),
+                         None) for c in (True, False)]
+        assert runs[0] == runs[1]
+    with pytest.raises(ConfigError, match="data.prediction=masked: its head fills masked positions"):
+        load_generator(_continuum_checkpoint(tmp_path, 1.0, "masked"))

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -87,14 +87,15 @@ class Arena:
     def __init__(self, config: ArenaConfig, directory: str | Path, log: Callable[[str], None] = print) -> None:
         self.config, self.dir, self.log = config, Path(directory), log
         (self.dir / "results").mkdir(parents=True, exist_ok=True)
-        free = ("recipes", "budgets", "seeds", "random_init")  # may grow between runs of one arena
+        free = ("recipes", "budgets", "seeds", "random_init", "downstream")  # may grow between runs of one arena
         shape = {k: v for k, v in asdict(config).items() if k not in free}
         saved = self.dir / "arena.json"
         defaults = {f.name: f.default for f in fields(ArenaConfig) if f.name not in free}
         if saved.is_file() and {**json.loads(json.dumps(defaults)), **json.loads(saved.read_text(encoding="utf-8"))} \
                 != json.loads(json.dumps(shape)):  # a key added since that arena was run has its default there
             raise ConfigError(f"arena: {self.dir} holds an arena of another size, data shape or downstream setting "
-                              f"(see {saved}); give another --dir (recipes and budgets may be added)")
+                              f"(see {saved}); give another --dir (recipes, budgets, seeds and downstream tasks may "
+                              "be added)")
         saved.write_text(json.dumps(shape, indent=1), encoding="utf-8")
 
     def result_path(self, recipe: str, budget: float, seed: int = 0) -> Path:
@@ -118,26 +119,36 @@ class Arena:
     def _run_or_load(self, recipe: str, budget: float, seed: int) -> RunResult:
         path = self.result_path(recipe, budget, seed)
         result = RunResult(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
-        if result is not None and (recipe not in self.config.random_init or result.random_init):
+        missing = [] if result is None else [t for t in self.config.downstream if t not in result.downstream]
+        if result is not None and not missing and not self.random_init_missing(result):
             self.log(f"{run_name(recipe, budget, seed)}: done earlier ({path})")
             return result
         if result is None:
             result = self.run_one(recipe, budget, seed)
             if "pretraining" in result.errors:  # not kept: the next run tries again
                 return result
-        if recipe in self.config.random_init and not result.random_init:
-            self.random_init_scores(result)
+        elif missing:  # tasks added since this run: scored from its checkpoint, its pretraining kept
+            self.log(f"{run_name(recipe, budget, seed)}: done earlier; scoring the added {', '.join(missing)}")
+            self.score(result, missing)
+        self.random_init_scores(result)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
         tmp.replace(path)
         return result
 
+    def random_init_missing(self, result: RunResult) -> list[str]:
+        """The fine-tuning tasks ``result`` still needs a random-initialisation score for (none unless its recipe
+        is one of ``--random-init``)."""
+        if result.recipe not in self.config.random_init:
+            return []
+        return [t for t in self.config.downstream if t in DOWNSTREAM and t not in result.random_init]
+
     def random_init_scores(self, result: RunResult) -> None:
         """The fine-tuning tasks again, from random weights of ``result``'s architecture (its checkpoint gives the
-        architecture and tokenizer only)."""
+        architecture and tokenizer only), for each task not scored yet."""
         where = self.dir / "runs" / run_name(result.recipe, result.budget, result.seed)
         checkpoint = sorted(where.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
-        for task in (t for t in self.config.downstream if t in DOWNSTREAM):
+        for task in self.random_init_missing(result):
             result.random_init[task] = self.finetune(result, task, checkpoint[-1], random_init=True) \
                 if checkpoint else None
 
@@ -186,15 +197,22 @@ class Arena:
                 curve.append((row["step"] * result.flops_per_step, row["val/loss"]))
         result.val_curve = curve
         result.val_loss = result.val_curve[-1][1] if result.val_curve else None
+        self.score(result, config.downstream)
+        result.seconds = time.time() - start
+        return result
+
+    def score(self, result: RunResult, tasks: Sequence[str]) -> None:
+        """Fine-tune, probe or prompt ``result``'s last checkpoint on each of ``tasks`` (None where it fails, the
+        reason in ``result.errors``)."""
+        where = self.dir / "runs" / run_name(result.recipe, result.budget, result.seed)
         checkpoint = sorted(where.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
-        for task in config.downstream:
+        for task in tasks:
             if not checkpoint:
+                result.downstream[task] = None
                 result.errors[task] = "no last.ckpt was written"
                 continue
             score = self.finetune if task in DOWNSTREAM else self.probe if task in PROBES else self.prompt
             result.downstream[task] = score(result, task, checkpoint[-1])
-        result.seconds = time.time() - start
-        return result
 
     def _report(self, result: RunResult, task: str, kind: str, arguments: list[str]) -> dict | None:
         """Run ``plm_lightning KIND ... --out FILE`` for ``result``'s checkpoint (its log beside the file) and

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.nn.masks import prefix_lm_mask
+from plm_lightning.objectives.loading import reads_bidirectionally
 
 Normalization = Literal["none", "token", "char"]
 
@@ -126,6 +128,9 @@ class PromptScorer:
 
         self.model, self.tokenizer = model.eval(), tokenizer
         self.encoder_decoder = hasattr(model.backbone, "encoder")
+        self.prefix_lm = reads_bidirectionally(model)
+        """A continuum decoder pretrained with a bidirectional prefix: the prompt is that prefix, the candidate is
+        scored causally after it (Artetxe et al. 2022, sec. 3)."""
         self.eos, self.start = decoding_ids(model, tokenizer)
         # BART's learned positions start at an offset (2): its inputs fit max_position_embeddings - offset
         self.max_length = int(model.config.max_position_embeddings) - int(model.config.position_offset)
@@ -156,7 +161,9 @@ class PromptScorer:
             logits = self.model.lm_head(self.model.decode(batch))[0]
         else:
             ids = torch.tensor([[*context, *cand]])
-            hidden = self.model.backbone(ids).last_hidden_state[0, len(context) - 1: -1]
+            shape = {"mask": prefix_lm_mask(torch.tensor([len(context)]), ids.shape[1]), "causal": False} \
+                if self.prefix_lm else {}
+            hidden = self.model.backbone(ids, **shape).last_hidden_state[0, len(context) - 1: -1]
             logits = self.model.lm_head(hidden)
         logprobs = logits.float().log_softmax(-1)
         return float(logprobs.gather(1, torch.tensor(cand)[:, None]).sum()), len(cand)

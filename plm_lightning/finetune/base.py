@@ -24,19 +24,11 @@ from plm_lightning.finetune.transfer import (
     slanted_triangular,
     unfrozen_groups,
 )
+from plm_lightning.objectives.loading import reads_bidirectionally
 from plm_lightning.objectives.schedules import lr_lambda
 
 ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM", "PermutationLM")
 """The pretraining objectives whose backbone a head can sit on (one stack, ``backbone(ids, mask, types)``)."""
-
-
-def reads_bidirectionally(pretrained: Any) -> bool:
-    """Whether a decoder was pretrained attending bidirectionally over a prefix of its rows (the bidirectionality
-    continuum, ``data.bidirectional_fraction > 0``): it then reads a fine-tuning input as that prefix, all of it
-    attending to all of it (Artetxe et al. 2022, sec. 3: a prefix LM is fine-tuned with its input as the prefix), and
-    the head pools as an encoder's."""
-    fraction = (getattr(pretrained, "pretraining_data", None) or {}).get("bidirectional_fraction")
-    return fraction is not None and float(fraction) > 0
 
 
 class FinetuneModule(L.LightningModule):
@@ -79,7 +71,7 @@ class FinetuneModule(L.LightningModule):
         else:
             self.backbone = pretrained.backbone
         self.tokenizer, self.backbone_config = own_tokenizer, pretrained.config
-        self.bidirectional_decoder = bool(getattr(pretrained, "causal", False) and reads_bidirectionally(pretrained))
+        self.bidirectional_decoder = reads_bidirectionally(pretrained)
         """A decoder that reads its input bidirectionally here (no transformers class attends that way)."""
         if self.bidirectional_decoder:
             pretrained.causal = pretrained.backbone.causal = False

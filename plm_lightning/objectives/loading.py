@@ -139,3 +139,17 @@ def load_pretrained(path: str | Path, objectives: tuple[str, ...] | None = None,
     if tokenizer is None:
         raise ConfigError(f"{purpose}: '{path}' has no tokenizer; train with this package or export one with it")
     return model.eval(), tokenizer
+
+
+def reads_bidirectionally(pretrained: Any) -> bool:
+    """Whether a decoder was pretrained attending bidirectionally over a prefix of its rows (the bidirectionality
+    continuum, ``data.bidirectional_fraction > 0``): it then reads a fine-tuning input, or a prompt, as that prefix,
+    all of it attending to all of it, and what follows causally (Artetxe et al. 2022, sec. 3)."""
+    fraction = (getattr(pretrained, "pretraining_data", None) or {}).get("bidirectional_fraction")
+    return bool(getattr(pretrained, "causal", False)) and fraction is not None and float(fraction) > 0
+
+
+def predicts_next_token(pretrained: Any) -> bool:
+    """False for a continuum decoder pretrained with ``data.prediction=masked``: its head fills masked positions in
+    place and was never trained to predict the next token, so it cannot generate or score continuations."""
+    return (getattr(pretrained, "pretraining_data", None) or {}).get("prediction", "next_token") != "masked"
