@@ -213,6 +213,8 @@ def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, 
                           "--report-only"], capsys)
     assert fits == [] and "| electra | 2e+09 | 1 |" in partial and "| bert | 2e+09 | 2 |" in partial
     added = [*args[:args.index("cloze-spans")], "cloze-spans,code-or-prose", *args[args.index("cloze-spans") + 1:]]
+    saved = tmp_path / "a" / "arena.json"  # as an arena saved before tasks could be added wrote it
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "downstream": ["cloze-spans"]}))
     cli_output(added, capsys)  # a task added to an arena: scored from each saved run's checkpoint, nothing retrained
     tasks = [(next(x for x in a if x.endswith(".yaml")).rsplit("/", 1)[1], "--model.random_init=true" in a)
              for a in fits]  # bert s0, electra s0, bert s1 (+ its random init); electra s1, whose file went, in full

@@ -91,8 +91,10 @@ class Arena:
         shape = {k: v for k, v in asdict(config).items() if k not in free}
         saved = self.dir / "arena.json"
         defaults = {f.name: f.default for f in fields(ArenaConfig) if f.name not in free}
-        if saved.is_file() and {**json.loads(json.dumps(defaults)), **json.loads(saved.read_text(encoding="utf-8"))} \
-                != json.loads(json.dumps(shape)):  # a key added since that arena was run has its default there
+        before = {k: v for k, v in json.loads(saved.read_text(encoding="utf-8")).items() if k not in free} \
+            if saved.is_file() else None  # an arena saved before a key was free kept it in the file
+        if before is not None and {**json.loads(json.dumps(defaults)), **before} != json.loads(json.dumps(shape)):
+            # a key added since that arena was run has its default there
             raise ConfigError(f"arena: {self.dir} holds an arena of another size, data shape or downstream setting "
                               f"(see {saved}); give another --dir (recipes, budgets, seeds and downstream tasks may "
                               "be added)")
