@@ -70,6 +70,21 @@ def test_blingfire_splits_the_rule_based_cases_and_is_cached_apart(tmp_path, mon
         split_sentences(text, "nltk")
 
 
+def test_blingfire_with_a_kept_buffer_returns_what_the_library_function_returns():
+    """Our call of blingfire's C function reuses its output buffer: the result is the library's
+    ``text_to_sentences`` on every paragraph of the embedded corpus, in an order where a long paragraph leaves its
+    text in the buffer before a short one and an empty one (nothing written: nothing read back)."""
+    import blingfire
+
+    from plm_lightning.data.sentences import _paragraph_splitter
+    from plm_lightning.data.sources import embedded_corpus
+
+    paragraphs = [" ".join(p.split()) for d in embedded_corpus() for p in d.split("\n\n") if p.strip()]
+    paragraphs += ["It is. " * 20000, "A b.", "", "é. É.", "Short."]
+    segment = _paragraph_splitter("blingfire")
+    assert [segment(p) for p in paragraphs] == [blingfire.text_to_sentences(p).split("\n") for p in paragraphs]
+
+
 def test_corpus_splits_and_the_embedded_corpus_are_cached_on_disk(tmp_path, monkeypatch):
     """A second process reads the split (and the embedded corpus) from the cache instead of recomputing it; a
     damaged cache entry is recomputed."""
@@ -254,3 +269,53 @@ def test_sentence_order_pairs_are_consecutive_and_swapped_when_labelled():
             assert max(a_ids) < min(b_ids)  # in order
         else:
             assert min(a_ids) > max(b_ids)  # swapped
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 90), st.integers(0, 90), st.integers(1, 125), st.integers(0, 2**32 - 1))
+def test_pair_truncation_is_berts_loop(len_a, len_b, max_tokens, seed):
+    """``_truncate_pair`` computes BERT's truncate_seq_pair loop (drop from the front or back of the longer segment,
+    B on a tie, one draw per token) from counts: the same segments, and the generator left in the same state."""
+    from plm_lightning.data.packing import _truncate_pair
+
+    def loop(a, b, rng):
+        while len(a) + len(b) > max_tokens:
+            longer = a if len(a) > len(b) else b
+            if rng.random() < 0.5:
+                del longer[0]
+            else:
+                longer.pop()
+
+    pairs = [(list(range(len_a)), list(range(100, 100 + len_b))) for _ in range(2)]
+    rngs = [np.random.default_rng(seed) for _ in range(2)]
+    loop(*pairs[0], rngs[0])
+    _truncate_pair(*pairs[1], max_tokens, rngs[1])
+    assert pairs[0] == pairs[1] and rngs[0].random() == rngs[1].random()
+    assert len(pairs[1][0]) + len(pairs[1][1]) == min(len_a + len_b, max_tokens)
+
+
+def test_word_start_flags_from_the_vocabulary_equal_those_from_the_word_ids():
+    """The flagging of a batch of encodings (numpy over the whole batch) equals the token-by-token definition (a
+    token continues a word when it has the word id of the token before in its sentence); for BERT's WordPiece the
+    vocabulary's ``##`` table gives the same flags without reading the word ids back, on every sentence of the
+    embedded corpus and on texts with ``#``, special tokens written out, and other scripts."""
+    import itertools
+
+    from plm_lightning.data.tokenized import SENTENCE_START, WORD_CONT, _flag_word_starts
+    from plm_lightning.data.tokenizer import train_tokenizer
+
+    texts = [s for d in embedded_corpus() for s in split_sentences(d, "blingfire")]
+    texts += ["##abc #hash [MASK] x[MASK]y ## ### a##b", "[CLS][SEP]", "", "ünïcödé 中文 テスト", "[UNK] [PAD]pad"]
+    sample = list(itertools.islice(embedded_corpus(), 150))
+    for kind in ("wordpiece", "bpe", "unigram"):
+        tok = train_tokenizer(kind, sample, 800)
+        encodings = tok.tokenizer.encode_batch(texts, add_special_tokens=False)
+        expected = [[t | (WORD_CONT if i and w is not None and w == e.word_ids[i - 1] else 0)
+                     | (SENTENCE_START if i == 0 else 0) for i, (t, w) in enumerate(zip(e.ids, e.word_ids))]
+                    for e in encodings]
+        assert _flag_word_starts(encodings) == expected
+        table = tok.word_continuations()
+        assert (table is not None) is (kind == "wordpiece")
+        if table is not None:
+            assert table.sum() > 100 and _flag_word_starts(encodings, table) == expected
+    assert _flag_word_starts([]) == []

@@ -17,6 +17,8 @@ generator seeded by (seed, partition, split).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import glob
 import hashlib
 import json
@@ -146,6 +148,24 @@ def _phrases(job: PackingJob) -> set[Phrase] | None:
     return _PHRASES[job.phrases_file]
 
 
+@contextlib.contextmanager
+def rare_garbage_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector made rare while a partition packs, and the objects that exist before it
+    (the imported libraries) frozen out of its scans: packing allocates millions of token lists, none of them in a
+    reference cycle (reference counting frees them), and each allocation burst triggered collections that scanned
+    every live object; they took about a fifth of a sentence-level recipe's packing time (bert, 16 MB:
+    20.6-20.9 s with the default collector, 15.9-16.9 s without these scans) at the same peak memory. Restored on
+    exit, so the packing process (with one worker, the training process) collects as before."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
 def pack_partition(job: PackingJob, partition: Partition, root: Path,
                    progress: Callable[[int], None] | None = None) -> dict:
     """Pack one partition into ``root/part-NNNNN`` (written under a temporary name, renamed when complete); returns
@@ -153,6 +173,12 @@ def pack_partition(job: PackingJob, partition: Partition, root: Path,
     target = root / shard_name(partition.index)
     if is_packed(target):  # packed meanwhile by another node sharing the cache directory
         return read_meta(target)
+    with rare_garbage_collection():
+        return _pack_partition(job, partition, target, root, progress)
+
+
+def _pack_partition(job: PackingJob, partition: Partition, target: Path, root: Path,
+                    progress: Callable[[int], None] | None) -> dict:
     tokenizer = _tokenizer(job.tokenizer_file)
     tmp = root / f".tmp-{shard_name(partition.index)}-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Literal
 
@@ -220,13 +221,24 @@ def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_
 
 
 def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
-    """BERT's truncate_seq_pair: drop tokens from the front or back (at random) of the longer segment."""
-    while len(a) + len(b) > max_tokens:
-        longer = a if len(a) > len(b) else b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+    """BERT's truncate_seq_pair: while the pair is too long, drop a token from the front or the back (one uniform
+    draw each, < 0.5: the front) of the longer segment (B on a tie).
+
+    The same draws and the same result as that loop, computed from the order it trims in: the longer segment until
+    the two are equal, then B and A by turns."""
+    excess = len(a) + len(b) - max_tokens
+    if excess <= 0:
+        return
+    front = rng.random(excess) < 0.5  # one stream of draws: the same numbers as ``excess`` scalar draws
+    lead = min(abs(len(a) - len(b)), excess)
+    trims_a = np.empty(excess, dtype=bool)
+    trims_a[:lead] = len(a) > len(b)
+    trims_a[lead:] = np.arange(excess - lead) % 2 == 1
+    for segment, mine in ((a, trims_a), (b, ~trims_a)):
+        from_front = int((front & mine).sum())
+        from_back = int(mine.sum()) - from_front
+        del segment[len(segment) - from_back:]
+        del segment[:from_front]
 
 
 def document_pools(docs: Iterable[TokenizedDocument], window: int | None
@@ -295,7 +307,7 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
             chunk_len += len(doc.sentences[i])
             if i == len(doc.sentences) - 1 or chunk_len >= target:
                 a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
-                a = [t for s in chunk[:a_end] for t in s]
+                a = list(chain.from_iterable(chunk[:a_end]))
                 b: list[int] = []
                 is_random = (negatives == "random_document" and len(docs_pool) > 1
                              and (len(chunk) == 1 or rng.random() < 0.5))
@@ -304,7 +316,7 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
                     b, label = _distance_segment(docs_pool, di, chunk_start, chunk_start + a_end - 1,
                                                  target - len(a), rng, adjacent=len(chunk) > 1)
                     if label == 0:
-                        b = [t for s in chunk[a_end:] for t in s]
+                        b = list(chain.from_iterable(chunk[a_end:]))
                     else:
                         i -= len(chunk) - a_end  # put the unused sentences back
                 elif is_random:
@@ -320,7 +332,7 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
                             break
                     i -= len(chunk) - a_end  # put the unused sentences back
                 else:
-                    b = [t for s in chunk[a_end:] for t in s]
+                    b = list(chain.from_iterable(chunk[a_end:]))
                 if a and b:
                     _truncate_pair(a, b, max_tokens, rng)
                     label = label if negatives == "distance" else int(is_random)

@@ -38,9 +38,35 @@ def _paragraph_splitter(splitter: str) -> Callable[[str], list[str]]:
         import pysbd
 
         return pysbd.Segmenter(language="en", clean=False).segment
-    import blingfire
+    return _BlingfireParagraphs()
 
-    return lambda paragraph: blingfire.text_to_sentences(paragraph).split("\n")
+
+class _BlingfireParagraphs:
+    """blingfire's ``text_to_sentences`` with its output buffer kept between calls (one per thread): the library
+    function allocates a zeroed buffer of twice the input per call, a third of its time on short paragraphs. The
+    same C function, arguments and result: the sentences of ``paragraph`` ('' on the library's error)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import blingfire
+
+        self._text_to_sentences, self._local = blingfire.blingfire.TextToSentences, threading.local()
+
+    def __call__(self, paragraph: str) -> list[str]:
+        import ctypes
+
+        data = paragraph.encode("utf-8")
+        room = 2 * len(data)
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or len(buffer) < room:
+            buffer = self._local.buffer = ctypes.create_string_buffer(max(room, 1 << 16))
+        written = self._text_to_sentences(ctypes.c_char_p(data), ctypes.c_int(len(data)), ctypes.byref(buffer),
+                                          ctypes.c_int(room))
+        if written <= 0 or written > room:  # an error, or nothing written (the library's buffer would be empty)
+            return [""]
+        # what it wrote, up to its terminating NUL (the library reads its zeroed buffer that way)
+        return ctypes.string_at(buffer, written).split(b"\0", 1)[0].decode("utf-8").split("\n")
 
 
 def split_sentences(document: str, splitter: str = "pysbd") -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,8 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
         units = [[d] for d in documents]
     flat = [s for u in units for s in u]
     if knowledge is None and segmenter == "tokenizer":
-        encoded = [_flag_word_starts(e.ids, e.word_ids)
-                   for e in tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False)]
+        encoded = _flag_word_starts(tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False),
+                                    tokenizer.word_continuations())
         return _documents(units, encoded)
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     if phrases is None:
@@ -97,14 +98,36 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
     return _documents(units, encoded)
 
 
-def _flag_word_starts(ids: list[int], word_ids: list[int | None]) -> list[int]:
+def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None = None) -> list[list[int]]:
     """:func:`_flag_sentence` without knowledge units, from the tokenizer's word ids: the fast path of every recipe
-    but ERNIE's (a token continues a word when it has the word id of the token before)."""
-    if not ids:
-        return []
-    out = [t | WORD_CONT if w == p and w is not None else t for t, w, p in zip(ids, word_ids, chain((None,), word_ids))]
-    out[0] |= SENTENCE_START
-    return out
+    but ERNIE's (a token continues a word when it has the word id of the token before in its sentence; a token
+    without a word id, None, never does), or from ``continuations`` (per id, see
+    :meth:`~plm_lightning.data.tokenizer.TextTokenizer.word_continuations`) where the vocabulary tells the same.
+    One numpy pass over the whole batch of ``tokenizers`` encodings."""
+    ids = [e.ids for e in encodings]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    if total == 0:
+        return [[] for _ in ids]
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
+    starts = (ends - lengths)[lengths > 0]
+    if continuations is not None:
+        continues = continuations[flat]
+    else:
+        words = [e.word_ids for e in encodings]
+        try:
+            word = np.fromiter(chain.from_iterable(words), dtype=np.int64, count=total)
+        except TypeError:  # a token without a word (None): never continues a word, nor does the token after it
+            word = np.fromiter((-1 if w is None else w for w in chain.from_iterable(words)), dtype=np.int64,
+                               count=total)
+        continues = np.zeros(total, dtype=bool)
+        continues[1:] = (word[1:] == word[:-1]) & (word[1:] >= 0)
+    continues[starts] = False
+    flat |= np.where(continues, WORD_CONT, 0)
+    flat[starts] |= SENTENCE_START
+    out = flat.tolist()
+    return [out[a:b] for a, b in zip((ends - lengths).tolist(), ends.tolist())]
 
 
 def _documents(units: list[list[str]], encoded: list[list[int]]) -> list[TokenizedDocument]:

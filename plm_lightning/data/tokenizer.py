@@ -81,6 +81,24 @@ class TextTokenizer:
     def special_ids(self) -> np.ndarray:
         return np.array(sorted(set(self.ids.values())), dtype=np.int64)
 
+    def word_continuations(self) -> np.ndarray | None:
+        """Per id, whether the token continues the word before it, where the vocabulary alone says so: a WordPiece
+        model behind BERT's pre-tokenizer (its ``##`` pieces continue a word, every other piece starts one; the
+        pre-tokenizer makes every ``#`` a word of its own, so a word's first piece never begins with ``##``; added
+        tokens are words of their own). None for every other tokenizer: there only the encodings' word ids tell.
+        Saves reading each encoding's word ids back from ``tokenizers`` (a third of the flagging of a batch)."""
+        if "_word_continuations" not in self.__dict__:
+            table = None
+            model, pre = self.tokenizer.model, self.tokenizer.pre_tokenizer
+            if isinstance(model, models.WordPiece) and isinstance(pre, pre_tokenizers.BertPreTokenizer):
+                prefix = model.continuing_subword_prefix
+                table = np.zeros(self.vocab_size, dtype=bool)
+                for token, token_id in self.tokenizer.get_vocab(with_added_tokens=False).items():
+                    table[token_id] = token.startswith(prefix)
+                table[list(self.tokenizer.get_added_tokens_decoder())] = False
+            self._word_continuations = table
+        return self._word_continuations
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
