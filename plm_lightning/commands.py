@@ -254,6 +254,9 @@ def run_arena(argv: list[str]) -> None:
     parser.add_argument("--prompt-shots", type=int, default=0, help="demonstrations before each prompted query")
     parser.add_argument("--prompt-limit", type=int, default=None,
                         help="prompt only the first N validation examples of each prompted task (default: all)")
+    parser.add_argument("--prompt-normalize", default="none", choices=["none", "token", "char"],
+                        help="a prompted candidate's log-likelihood: summed (none), per token, or per character "
+                             "(acc_norm)")
     parser.add_argument("--data", default=None, help="pretraining text of every recipe (a data.source: a file, "
                                                      "directory, dataset or world[:key=value,...]); default: each "
                                                      "recipe's own (the embedded corpus)")
@@ -284,7 +287,8 @@ def run_arena(argv: list[str]) -> None:
         num_heads=args.num_heads, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
         seq_len=args.seq_len, batch_size=args.batch_size, finetune_steps=args.finetune_steps,
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
-        prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit, seeds=args.seeds,
+        prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit,
+        prompt_normalize=args.prompt_normalize, seeds=args.seeds,
         random_init=split_recipes(args.random_init), accelerator=args.accelerator)
     arena = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr))
     results = arena.saved() if args.report_only else arena.run()

@@ -99,8 +99,12 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
     assert "1,000 vs 300" not in claims["ALBERT's"] and "300 vs 1,000 parameters (0.30x)" in claims["ALBERT's"]
     missing = check_claims(results[3:], config)  # no bert: its claims cannot be judged
     assert {c.statement.split()[0]: c.verdict for c in missing}["Replaced"] == "not measured"
+    for run in results:
+        run.seconds = 360.0
     files = write_report(results, config, tmp_path, command="python -m plm_lightning arena --seeds 3")
     report = files["report"].read_text()
+    assert "Downstream: code-or-prose, cloze-spans fine-tuned for 200 steps each." in report
+    assert f"the runs reported took {len(results) / 10:.1f} hours on this machine" in report
     assert "**does not reproduce**" in report and "python -m plm_lightning arena --seeds 3" in report
     assert "| electra | 1e+12 | 3 | 10 | 0 | 2.5000 ± 0.0000 | 0.8500 ± 0.0100 | 0.4500 ± 0.0100 |" in report
     assert len(files["csv"].read_text().strip().splitlines()) == 1 + len(results)
@@ -130,6 +134,14 @@ def test_the_bidirectionality_claim_reads_the_continuum_variants() -> None:
                    bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
     assert found.verdict == "inconclusive at this scale"
     assert claim({uni: {"code-or-prose": 0.7}, bi: {"code-or-prose": 0.8}}).verdict == "not measured"
+    spans = ArenaConfig(**{**config.__dict__, "downstream": ("cloze-spans", *config.downstream)})
+    results = [*_seeds(uni, {"code-or-prose": 0.70, "prompt-next-sentence": 0.40}),
+               *_seeds(bi, {"cloze-spans": 0.30, "code-or-prose": 0.80, "prompt-next-sentence": 0.25})]
+    for run in results[:3]:
+        run.downstream["cloze-spans"] = None  # extractive QA refuses the causal end: compared on what both took
+    found = next(c for c in check_claims(results, spans) if c.statement.startswith("Fine-tuning"))
+    assert found.verdict == "reproduces" and "0.8000 ± 0.0100 (n=3) vs 0.7000 ± 0.0100 (n=3) (code-or-prose;" in \
+        found.evidence
     with pytest.raises(ConfigError, match="prompt-next-sentence"):
         ArenaConfig(**{**TINY, "downstream": ("prompt-nope",)})
 

@@ -56,6 +56,9 @@ class ArenaConfig:
         prompt_shots: Demonstrations before each query of the :data:`PROMPTS` tasks (0: zero-shot).
         prompt_limit: Prompt only the first N validation examples of each :data:`PROMPTS` task (None: all; a quick
             arena's prompting otherwise dominates its time: 1783 next-sentence examples x 4 candidates per recipe).
+        prompt_normalize: How a :data:`PROMPTS` candidate's log-likelihood is normalised before the choice:
+            ``none`` (the sum), ``token`` (per token) or ``char`` (per character, lm-evaluation-harness' acc_norm): a
+            sum favours the shortest candidate, which decides next-sentence's four sentences of unequal length.
         seeds: Runs per (recipe, budget), each with its own pretraining and fine-tuning seeds (:func:`seed_args`),
             so that every score has a mean and a standard deviation and a claim a standard error.
         random_init: Recipes whose fine-tuning is repeated from random weights of the same architecture and
@@ -80,6 +83,7 @@ class ArenaConfig:
     data: str | None = None
     prompt_shots: int = 0
     prompt_limit: int | None = None
+    prompt_normalize: str = "none"
     seeds: int = 1
     random_init: tuple[str, ...] = ()
     accelerator: str = "cpu"
@@ -95,6 +99,8 @@ class ArenaConfig:
                               f"{', '.join([*DOWNSTREAM, *PROBES, *PROMPTS])}")
         if self.prompt_shots < 0:
             raise ConfigError(f"arena: --prompt-shots={self.prompt_shots} must be >= 0")
+        if self.prompt_normalize not in ("none", "token", "char"):
+            raise ConfigError(f"arena: --prompt-normalize={self.prompt_normalize!r} is not one of none, token, char")
         if self.prompt_limit is not None and self.prompt_limit < 1:
             raise ConfigError(f"arena: --prompt-limit={self.prompt_limit} must be >= 1 (or left out: every example)")
         if "lama" in self.downstream and not is_world_spec(self.data or ""):

@@ -202,6 +202,10 @@ def _bidirectionality(results: list[RunResult], budget: float, tasks: tuple[str,
         return Claim(statement, source, "not measured", "needs continuum variants of two bidirectional fractions "
                      "in --recipes and both fine-tuned and prompt-* tasks in --downstream")
     uni, bi = min(variants, key=variants.get), max(variants, key=variants.get)
+    # a task one end cannot take (extractive QA refuses a causal reader) is left out of both sides' means
+    finetuned, prompted = (tuple(t for t in ts if all(r.downstream.get(t) is not None for r in results
+                                                      if r.recipe in (uni, bi) and r.budget == budget))
+                           for ts in (finetuned, prompted))
     scores = {name: (estimate(results, bi, budget, ts), estimate(results, uni, budget, ts))
               for name, ts in (("fine-tuned", finetuned), ("prompted", prompted))}
     if any(v is None for pair in scores.values() for v in pair):
@@ -234,6 +238,23 @@ def _summary(results: list[RunResult], config: ArenaConfig) -> list[list[str]]:
             rows.append([recipe, f"{budget:.3g}", str(len(runs)), str(runs[0].steps), f"{runs[0].parameters:,}",
                          *("" if c is None else str(c).replace(f" (n={len(runs)})", "") for c in cells)])
     return rows
+
+
+def _downstream_words(config: ArenaConfig) -> str:
+    """The page's sentence on how each downstream task is scored."""
+    finetuned = [t for t in config.downstream if t in DOWNSTREAM]
+    prompted = [t for t in config.downstream if t in PROMPTS]
+    probed = [t for t in config.downstream if t not in DOWNSTREAM and t not in PROMPTS]
+    ranking = {"none": "summed log-likelihood", "token": "log-likelihood per token",
+               "char": "log-likelihood per character"}[config.prompt_normalize]
+    parts = [f"{', '.join(finetuned)} fine-tuned for {config.finetune_steps} steps each"] if finetuned else []
+    if prompted:
+        limit = f", the first {config.prompt_limit} validation examples" if config.prompt_limit else ""
+        parts.append(f"{', '.join(prompted)} prompted {config.prompt_shots}-shot, candidates ranked by {ranking}"
+                     f"{limit}")
+    if probed:
+        parts.append(f"{', '.join(probed)} probed")
+    return "; ".join(parts) or "none"
 
 
 def _markdown(header: list[str], rows: list[list]) -> list[str]:
@@ -336,9 +357,11 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
     lines += [f"Backbone: hidden {config.hidden_size}, {config.num_layers} layers ({config.num_layers} + "
               f"{config.num_layers} for encoder-decoders), {config.num_heads} heads, FFN {config.intermediate_size}; "
               f"rows of {config.seq_len} tokens, {config.batch_size} rows per step; "
-              f"{config.data or 'the embedded corpus'}. Downstream: {', '.join(tasks)}, {config.finetune_steps} "
-              "fine-tuning steps each. Each seed varies the pretraining seed (initialisation, sample order, masks, "
-              "held-out split) and the fine-tuning seed (head initialisation, order, dropout).", "",
+              f"{config.data or 'the embedded corpus'}. Downstream: {_downstream_words(config)}. Each seed varies "
+              "the pretraining seed (initialisation, sample order, masks, held-out split) and the fine-tuning seed "
+              "(head initialisation, order, dropout).", "",
+              f"What it costs: the runs reported took {sum(r.seconds for r in results) / 3600:.1f} hours on this "
+              "machine, each run's pretraining and scoring timed as it ran.", "",
               "## Claims of the literature", "",
               "A claim *reproduces* only where the difference of the means exceeds two standard errors of the "
               "difference (Welch); the opposite difference beyond two standard errors *does not reproduce*; "

@@ -129,10 +129,12 @@ class Arena:
             result = self.run_one(recipe, budget, seed)
             if "pretraining" in result.errors:  # not kept: the next run tries again
                 return result
-        elif missing:  # tasks added since this run: scored from its checkpoint, its pretraining kept
+        start = time.time()
+        if missing:  # tasks added since this run: scored from its checkpoint, its pretraining kept
             self.log(f"{run_name(recipe, budget, seed)}: done earlier; scoring the added {', '.join(missing)}")
             self.score(result, missing)
         self.random_init_scores(result)
+        result.seconds += time.time() - start
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
         tmp.replace(path)
@@ -248,6 +250,7 @@ class Arena:
         prompted, e.g. an MLM, or on failure)."""
         report = self._report(result, task, "prompt", [str(checkpoint), "--task", f"offline:{PROMPTS[task]}",
                                                        "--shots", str(self.config.prompt_shots),
+                                                       "--normalize", self.config.prompt_normalize,
                                                        *(["--limit", str(self.config.prompt_limit)]
                                                          if self.config.prompt_limit else [])])
         if report is None:
