@@ -20,13 +20,13 @@ FIM_HOLE = "<fim_middle>"
 """Where a fill-in-the-middle prompt's hole is: ``prefix<fim_middle>suffix``."""
 
 
-def load_generator(path: str) -> tuple[torch.nn.Module, Any]:
+def load_generator(path: str, purpose: str = "predict (generation)") -> tuple[torch.nn.Module, Any]:
     """(model in eval mode, tokenizer) of a CausalLM / Seq2SeqLM checkpoint of ours or a transformers directory."""
     from plm_lightning.objectives.loading import load_pretrained, predicts_next_token
 
-    model, tok = load_pretrained(path, ("CausalLM", "Seq2SeqLM"), "predict (generation)")
+    model, tok = load_pretrained(path, ("CausalLM", "Seq2SeqLM"), purpose)
     if not predicts_next_token(model):
-        raise ConfigError(f"'{path}' was pretrained with data.prediction=masked: its head fills masked positions in "
+        raise ConfigError(f"{purpose}: '{path}' was pretrained with data.prediction=masked: its head fills masked positions in "
                           "place and never predicts the next token, so it cannot generate or score continuations "
                           "(a data.prediction=next_token checkpoint can)")
     return model, tok

@@ -73,7 +73,7 @@ def run_prompt(argv: list[str]) -> None:
     splits = load_prompt_task(args.task)  # bad task specs and shot counts fail before the model loads
     demonstrations(splits["train"], args.shots, args.seed)
     count = min(len(splits[args.split]), args.limit or len(splits[args.split]))
-    scorer = PromptScorer(*load_generator(args.checkpoint))
+    scorer = PromptScorer(*load_generator(args.checkpoint, "prompt"))
     report = evaluate_prompts(scorer, args.task, args.shots, args.seed, args.split, args.limit, args.normalize,
                               args.max_new_tokens, progress_bar(count, "prompting"))
     summary = report.summary()
