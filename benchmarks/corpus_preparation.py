@@ -159,7 +159,8 @@ def pack(recipe: str, corpus: Path, tokenizer: str, workers: int, cache: Path, s
            "--data.sentence_splitter", splitter, "--workers", str(workers), "--json"]
     result = measure(cmd, {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
     stats = json.loads(result["stdout"].strip().splitlines()[-1])
-    return {"seconds": result["seconds"], "peak_rss_mb": result["peak_rss_mb"], "peak_pss_mb": result["peak_pss_mb"],
+    return {"seconds": result["seconds"], "packing_seconds": stats["seconds"],  # without the command's start-up
+            "peak_rss_mb": result["peak_rss_mb"], "peak_pss_mb": result["peak_pss_mb"],
             "tokens": sum(stats["tokens"].values()),
             "rows": stats["rows"], "partitions": stats["partitions"], "directory": stats["directory"]}
 
@@ -256,11 +257,14 @@ def main() -> None:
                 emit({"recipe": recipe, "step": "encode_batch", **ref})
                 cache = work / f"cache-{recipe}-{size}-{w}"
                 row = pack(recipe, corpora[size], tok["file"], w, cache, splitter)
-                mb_s = size / row["seconds"] / 1e6
+                mb_s, packing = size / row["seconds"] / 1e6, size / row["packing_seconds"] / 1e6
+                # whole command (with its start-up: Python, torch, the recipe's config) and the packing phase alone
                 emit({"recipe": recipe, "step": "pack", "splitter": splitter if recipe in SENTENCE_RECIPES else "",
                       "size_mb": size / 1e6, "workers": w,
                       "mb_per_s": mb_s, "mb_per_s_per_worker": mb_s / w,
-                      "of_encode_batch": mb_s / w / ref["mb_per_s"], **row})
+                      "of_encode_batch": mb_s / w / ref["mb_per_s"],
+                      "packing_mb_per_s_per_worker": packing / w,
+                      "packing_of_encode_batch": packing / w / ref["mb_per_s"], **row})
                 if w == max(workers):
                     emit({"recipe": recipe, "step": "training_rss", "size_mb": size / 1e6,
                           **training_rss(recipe, corpora[size], tok["file"], cache, args.train_batches, splitter)})
@@ -274,14 +278,16 @@ def main() -> None:
                 emit({"recipe": recipe, "step": "nanogpt_datasets_map", "size_mb": size / 1e6, "workers": w,
                       "mb_per_s": size / row["seconds"] / 1e6, **row})
                 subprocess.run(["rm", "-rf", str(base)], check=False)
-    print("\nrecipe splitter  step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  peak_RSS_MB  "
-          "peak_PSS_MB  tokens")
+    print("\nrecipe splitter  step                  size_MB workers   seconds   MB/s  MB/s/worker  of_encode  "
+          "packing_s  packing_MB/s/worker  packing_of_encode  peak_RSS_MB  peak_PSS_MB  tokens")
     for r in results:
         if r["step"] in ("pack", "nanogpt_datasets_map"):
             print(f"{r['recipe']:6} {r.get('splitter', ''):9} {r['step']:21} "
                   f"{r['size_mb']:8.0f} {r['workers']:7} {r['seconds']:9.1f} "
                   f"{r['mb_per_s']:6.2f} {r.get('mb_per_s_per_worker', float('nan')):12.2f} "
-                  f"{r.get('of_encode_batch', float('nan')):10.2f} {r['peak_rss_mb']:12.0f} "
+                  f"{r.get('of_encode_batch', float('nan')):10.2f} {r.get('packing_seconds', float('nan')):10.1f} "
+                  f"{r.get('packing_mb_per_s_per_worker', float('nan')):20.2f} "
+                  f"{r.get('packing_of_encode_batch', float('nan')):18.2f} {r['peak_rss_mb']:12.0f} "
                   f"{r.get('peak_pss_mb', float('nan')):12.0f}  {r['tokens']:,}")
 
 
