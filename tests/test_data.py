@@ -319,3 +319,51 @@ def test_word_start_flags_from_the_vocabulary_equal_those_from_the_word_ids():
         if table is not None:
             assert table.sum() > 100 and _flag_word_starts(encodings, table) == expected
     assert _flag_word_starts([]) == []
+
+
+def test_sentences_joined_into_one_encoding_equal_each_sentence_encoded_alone(monkeypatch):
+    """``encode_sentences`` (a document's sentences joined by an added break token, one fast encoding per document)
+    gives every sentence the ids of encoding it alone: on the embedded corpus's sentences and on generated ones
+    (accents, other scripts, ``#``, special tokens written out, control characters, empty sentences and documents);
+    the flagged documents of ``tokenize_documents`` are those of the sentence-by-sentence path. It declines (None)
+    where it could not be exact: a tokenizer without the ``##`` table, truncation set, a sentence holding the
+    break."""
+    import itertools
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from plm_lightning.data.tokenized import tokenize_documents
+    from plm_lightning.data.tokenizer import SENTENCE_BREAK, TextTokenizer, train_tokenizer
+
+    sample = list(itertools.islice(embedded_corpus(), 150))
+    tok = train_tokenizer("wordpiece", sample, 800)
+
+    def alone(units: list[list[str]]) -> list[list[int]]:
+        return [e.ids for e in tok.tokenizer.encode_batch([s for u in units for s in u], add_special_tokens=False)]
+
+    def joined(units: list[list[str]]) -> list[list[int]]:
+        ids, starts, ends = tok.encode_sentences(units)
+        return [ids[a:b].tolist() for a, b in zip(starts, ends)]
+
+    corpus = [split_sentences(d, "blingfire") for d in embedded_corpus()]
+    assert sum(map(len, corpus)) > 1000 and joined(corpus) == alone(corpus)
+
+    atoms = [*"ab Z.#\t\n\x00\u0301éΣ中テ!", "[MASK]", "[SEP]", "##"]
+    sentence = st.lists(st.sampled_from(atoms), max_size=30).map("".join)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.lists(sentence, max_size=5), max_size=6))
+    def check(units: list[list[str]]) -> None:
+        assert joined(units) == alone(units)
+
+    check()
+    documents = sample[:40]
+    fast = [d.sentences for d in tokenize_documents(documents, tok, True, cache=False, splitter="blingfire")]
+    monkeypatch.setattr(TextTokenizer, "encode_sentences", lambda self, units: None)
+    assert fast == [d.sentences for d in tokenize_documents(documents, tok, True, cache=False, splitter="blingfire")]
+    monkeypatch.undo()
+    assert tok.encode_sentences([["one", f"two{SENTENCE_BREAK}three"]]) is None
+    assert train_tokenizer("bpe", sample, 800).encode_sentences([["one", "two"]]) is None
+    tok.tokenizer.enable_truncation(8)
+    assert tok.encode_sentences([["one", "two"]]) is None

@@ -79,6 +79,11 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
         units = [[d] for d in documents]
     flat = [s for u in units for s in u]
     if knowledge is None and segmenter == "tokenizer":
+        joined = tokenizer.encode_sentences(units)
+        if joined is not None:
+            ids, starts, ends = joined
+            continuations = tokenizer.word_continuations()
+            return _documents(units, _flag_runs(ids, np.take(continuations, ids, mode="clip"), starts, ends))
         encoded = _flag_word_starts(tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False),
                                     tokenizer.word_continuations())
         return _documents(units, encoded)
@@ -111,7 +116,6 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
     if total == 0:
         return [[] for _ in ids]
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
-    starts = (ends - lengths)[lengths > 0]
     if continuations is not None:
         continues = continuations[flat]
     else:
@@ -123,11 +127,18 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
                                count=total)
         continues = np.zeros(total, dtype=bool)
         continues[1:] = (word[1:] == word[:-1]) & (word[1:] >= 0)
-    continues[starts] = False
-    flat |= np.where(continues, WORD_CONT, 0)
-    flat[starts] |= SENTENCE_START
-    out = flat.tolist()
-    return [out[a:b] for a, b in zip((ends - lengths).tolist(), ends.tolist())]
+    return _flag_runs(flat, continues, ends - lengths, ends)
+
+
+def _flag_runs(ids: np.ndarray, continues: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[list[int]]:
+    """The sentences ``ids[starts[i]:ends[i]]`` flagged: a token continues a word where ``continues`` says so,
+    except a sentence's first token, which starts the sentence (tokens outside every sentence are dropped)."""
+    first = starts[ends > starts]
+    continues[first] = False
+    flagged = ids | np.where(continues, WORD_CONT, 0)
+    flagged[first] |= SENTENCE_START
+    out = flagged.tolist()
+    return [out[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def _documents(units: list[list[str]], encoded: list[list[int]]) -> list[TokenizedDocument]:
