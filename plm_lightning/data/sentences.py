@@ -76,7 +76,7 @@ def split_sentences(document: str, splitter: str = "pysbd") -> list[str]:
     for paragraph in document.split("\n\n"):
         paragraph = " ".join(paragraph.split())
         if paragraph:
-            sentences.extend(s.strip() for s in segment(paragraph) if s.strip())
+            sentences.extend(stripped for s in segment(paragraph) if (stripped := s.strip()))
     return sentences
 
 
