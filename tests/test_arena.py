@@ -74,6 +74,9 @@ def test_estimates_and_the_two_standard_error_rule() -> None:
     verdict, numbers = judge(Estimate.of([0.80, 0.81, 0.82]), Estimate.of([0.795, 0.805, 0.815]))
     assert verdict == "inconclusive at this scale" and "two standard errors 0.0163" in numbers
     assert judge(Estimate.of([0.9]), Estimate.of([0.1]))[0] == "inconclusive at this scale"
+    floor = Estimate.of([0.4743] * 3)  # every seed at the majority-class score: no error bar to judge by
+    assert judge(floor, Estimate.of([0.4741] * 3))[0] == "inconclusive at this scale"
+    assert "every seed of each scored the same" in judge(floor, floor)[1]
     assert judge(Estimate.of([0.795, 0.80, 0.805]), a, margin=0.01)[0] == "inconclusive at this scale"
     assert judge(Estimate.of([0.835, 0.84, 0.845]), a, margin=0.01)[0] == "reproduces"  # non-inferior beyond noise
 
@@ -103,7 +106,8 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
         run.seconds = 360.0
     files = write_report(results, config, tmp_path, command="python -m plm_lightning arena --seeds 3")
     report = files["report"].read_text()
-    assert "Downstream: code-or-prose, cloze-spans fine-tuned for 200 steps each." in report
+    assert ("Downstream: code-or-prose, cloze-spans fine-tuned for 200 steps each (code-or-prose by macro-F1: always "
+            "answering prose, its majority class, scores about 0.47).") in report
     assert f"the runs reported took {len(results) / 10:.1f} hours on this machine" in report
     assert "**does not reproduce**" in report and "python -m plm_lightning arena --seeds 3" in report
     assert "| electra | 1e+12 | 3 | 10 | 0 | 2.5000 ± 0.0000 | 0.8500 ± 0.0100 | 0.4500 ± 0.0100 |" in report

@@ -63,6 +63,9 @@ def judge(a: Estimate, b: Estimate, margin: float = 0.0) -> tuple[str, str]:
     if a.sem is None or b.sem is None:
         return INCONCLUSIVE, f"difference {difference:+.4f}; one seed has no error bar (run with --seeds 3)"
     bound = 2 * math.sqrt(a.sem ** 2 + b.sem ** 2)
+    if bound == 0:  # every seed of both scored alike: a floor or ceiling (a majority-class score), not a measurement
+        return INCONCLUSIVE, (f"difference {difference:+.4f}; every seed of each scored the same, a floor or "
+                              "ceiling of the task with no error bar to judge by")
     numbers = f"difference {difference:+.4f}, two standard errors {bound:.4f}"
     if difference + margin > bound:
         return "reproduces", numbers
@@ -248,6 +251,8 @@ def _downstream_words(config: ArenaConfig) -> str:
     ranking = {"none": "summed log-likelihood", "token": "log-likelihood per token",
                "char": "log-likelihood per character"}[config.prompt_normalize]
     parts = [f"{', '.join(finetuned)} fine-tuned for {config.finetune_steps} steps each"] if finetuned else []
+    if "code-or-prose" in finetuned:
+        parts[0] += " (code-or-prose by macro-F1: always answering prose, its majority class, scores about 0.47)"
     if prompted:
         limit = f", the first {config.prompt_limit} validation examples" if config.prompt_limit else ""
         parts.append(f"{', '.join(prompted)} prompted {config.prompt_shots}-shot, candidates ranked by {ranking}"
