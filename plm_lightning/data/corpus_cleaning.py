@@ -29,8 +29,9 @@ import numpy as np
 
 from plm_lightning.data.cleaning import Cleaner, CleaningConfig, CleaningReport, StepCount
 from plm_lightning.data.corpus_files import Partition, read_partition
-from plm_lightning.data.corpus_packing import Progress, run_in_workers
+from plm_lightning.data.corpus_packing import run_in_workers
 from plm_lightning.files import atomic_write
+from plm_lightning.progress import ByteProgress
 
 DEDUP_SHARDS = 64
 WINDOW = np.dtype([("h0", "<u8"), ("h1", "<u8"), ("partition", "<i4"), ("page", "<i8"), ("start", "<i4")])
@@ -127,11 +128,11 @@ def clean_corpus(partitions: list[Partition], text_field: str, config: CleaningC
         work = Path(tmp)
         if "dedup" in config.steps:
             run_in_workers(partial(record_windows, config, text_field, work), partitions, workers,
-                           Progress(total, "prepare: span windows", progress))
+                           ByteProgress(total, "prepare: span windows", progress))
             run_in_workers(partial(find_duplicates, work), list(range(DEDUP_SHARDS)), workers,
-                           Progress(DEDUP_SHARDS, "prepare: repeated spans", False))
+                           ByteProgress(DEDUP_SHARDS, "prepare: repeated spans", False))
         reports = run_in_workers(partial(clean_partition, config, text_field, work), partitions, workers,
-                                 Progress(total, "prepare: cleaning", progress))
+                                 ByteProgress(total, "prepare: cleaning", progress))
 
         def concatenate(tmp_out: Path) -> None:
             with open(tmp_out, "wb") as f:

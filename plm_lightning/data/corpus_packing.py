@@ -25,8 +25,6 @@ import json
 import os
 import shutil
 import socket
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -55,6 +53,7 @@ from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, process_alive
 from plm_lightning.knowledge.world import is_world_spec
+from plm_lightning.progress import ByteProgress
 
 SHARDS_VERSION = 1
 PAIR_WINDOW_TOKENS = 500_000
@@ -305,13 +304,13 @@ def prepare_shards(job: PackingJob, partitions: list[Partition], fingerprint: st
     if not todo:
         return root
     total = sum(p.size for p in todo)
-    bar = Progress(total, f"packing {len(todo)} of {len(partitions)} partitions ({job.mode}, {workers} "
+    bar = ByteProgress(total, f"packing {len(todo)} of {len(partitions)} partitions ({job.mode}, {workers} "
                           f"worker{'s' if workers > 1 else ''})", progress)
     run_in_workers(partial(pack_partition, job, root=root), todo, workers, bar)
     return root
 
 
-def run_in_workers(fn: Callable[..., Any], items: list, workers: int, bar: Progress) -> list:
+def run_in_workers(fn: Callable[..., Any], items: list, workers: int, bar: ByteProgress) -> list:
     """``fn(item, progress=report)`` for every item, in ``workers`` processes (or in this one for one worker or one
     item), ``report(n)`` advancing ``bar`` by ``n`` bytes; the results in the order of ``items``. A worker's error is
     raised here (a ``ConfigError`` keeps its one line)."""
@@ -405,46 +404,6 @@ def shard_statistics(root: Path) -> dict:
                 totals.setdefault(key, {}).setdefault(split, 0)
                 totals[key][split] += value
     return totals
-
-
-class Progress:
-    """A rich bar with MB/s and ETA on a terminal; otherwise, for a large job, a line every 10% on stderr."""
-
-    quiet_below = 64 << 20
-
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.total, self.done, self.label, self.begin = max(1, total), 0, label, time.monotonic()
-        self.enabled, self.bar, self.next_line = enabled, None, 0.1
-
-    def start(self) -> None:
-        if self.enabled and sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                TimeRemainingColumn(), transient=True)
-            self.task = self.bar.add_task(self.label, total=self.total)
-            self.bar.start()
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.advance(self.task, n)
-        elif self.enabled and self.total >= self.quiet_below and self.done / self.total >= self.next_line:
-            elapsed = time.monotonic() - self.begin
-            print(f"{self.label}: {self.done / self.total:.0%}, {self.done / 1e6 / max(elapsed, 1e-9):.1f} MB/s",
-                  file=sys.stderr, flush=True)
-            self.next_line = (int(self.done / self.total * 10) + 1) / 10
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def corpus_partitions(source: str | None, text_field: str, split: str, partition_bytes: int = corpus_files.DEFAULT_PARTITION_BYTES

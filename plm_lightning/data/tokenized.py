@@ -15,7 +15,7 @@ import numpy as np
 
 from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, word_signals
 from plm_lightning.data.sentences import split_corpus, split_sentences
-from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.data.tokenizer import TextTokenizer, concatenated
 
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
@@ -77,16 +77,15 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
         units = split_corpus(documents, splitter) if cache else [split_sentences(d, splitter) for d in documents]
     else:
         units = [[d] for d in documents]
-    flat = [s for u in units for s in u]
     if knowledge is None and segmenter == "tokenizer":
+        continuations = tokenizer.word_continuations()
         joined = tokenizer.encode_sentences(units)
         if joined is not None:
-            ids, starts, ends = joined
-            continuations = tokenizer.word_continuations()
+            ids, starts, ends = joined  # ids hold the sentence breaks too ("clip": their flags are never read)
             return _documents(units, _flag_runs(ids, np.take(continuations, ids, mode="clip"), starts, ends))
-        encoded = _flag_word_starts(tokenizer.tokenizer.encode_batch(flat, add_special_tokens=False),
-                                    tokenizer.word_continuations())
-        return _documents(units, encoded)
+        encodings = tokenizer.tokenizer.encode_batch([s for u in units for s in u], add_special_tokens=False)
+        return _documents(units, _flag_word_starts(encodings, continuations))
+    flat = [s for u in units for s in u]
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     if phrases is None:
         phrases = (knowledge.phrase_table([words for _, _, words in encoded_words]) if knowledge is not None
@@ -109,13 +108,10 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
     without a word id, None, never does), or from ``continuations`` (per id, see
     :meth:`~plm_lightning.data.tokenizer.TextTokenizer.word_continuations`) where the vocabulary tells the same.
     One numpy pass over the whole batch of ``tokenizers`` encodings."""
-    ids = [e.ids for e in encodings]
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
+    flat, starts, ends = concatenated([e.ids for e in encodings])
+    total = len(flat)
     if total == 0:
-        return [[] for _ in ids]
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
+        return [[] for _ in encodings]
     if continuations is not None:
         continues = continuations[flat]
     else:
@@ -127,7 +123,7 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
                                count=total)
         continues = np.zeros(total, dtype=bool)
         continues[1:] = (word[1:] == word[:-1]) & (word[1:] >= 0)
-    return _flag_runs(flat, continues, ends - lengths, ends)
+    return _flag_runs(flat, continues, starts, ends)
 
 
 def _flag_runs(ids: np.ndarray, continues: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[list[int]]:

@@ -37,15 +37,23 @@ KINDS: dict[str, dict[str, str]] = {
 TRAINING_VERSION = {"wordpiece": 2, "bpe": 3, "gpt2": 3, "unigram": 4}
 """Bumped when a kind's training changes, so cached tokenizers of the old recipe are not reused."""
 SENTINELS = 100
+"""Sentinel tokens ``<extra_id_0>`` .. ``<extra_id_99>`` appended to a trained unigram vocabulary (T5)."""
 SENTENCE_BREAK = "\U000f0000\U000f0001"
 """What joins a document's sentences into one text for :meth:`TextTokenizer.encode_sentences`: two private-use
 characters, an added token of a private copy of the tokenizer."""
-"""Sentinel tokens ``<extra_id_0>`` .. ``<extra_id_99>`` appended to a trained unigram vocabulary (T5)."""
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "mode_r", "mode_s", "mode_x", "sop", "eop", "fim_prefix",
          "fim_middle", "fim_suffix")
 HF_ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 """The roles transformers' special_tokens_map knows; the others stay in our tokenizer_config.json."""
 _HF_CLASSES = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "unigram": "T5Tokenizer"}
+
+
+def concatenated(id_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, starts, ends)``: the id lists end to end in one int64 array, list i at ``ids[starts[i]:ends[i]]``."""
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    ends = np.cumsum(lengths)
+    ids = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(ends[-1]) if len(ends) else 0)
+    return ids, ends - lengths, ends
 
 
 class TextTokenizer:
@@ -125,15 +133,12 @@ class TextTokenizer:
             self._sentence_joiner = joiner, joiner.token_to_id(SENTENCE_BREAK)
         joiner, break_id = self._sentence_joiner
         encode = getattr(joiner, "encode_batch_fast", joiner.encode_batch)  # tokenizers < 0.20 has no fast one
-        ids = [e.ids for e in encode(texts, add_special_tokens=False)]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        doc_ends = np.cumsum(lengths)
-        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(doc_ends[-1]) if len(ids) else 0)
+        flat, doc_starts, doc_ends = concatenated([e.ids for e in encode(texts, add_special_tokens=False)])
         breaks = np.flatnonzero(flat == break_id)
         if len(breaks) != expected:  # never seen: the break was not cut out as one token
             return None
         has_sentences = np.fromiter((len(u) > 0 for u in units), dtype=bool, count=len(units))
-        starts = np.sort(np.concatenate([(doc_ends - lengths)[has_sentences], breaks + 1]))
+        starts = np.sort(np.concatenate([doc_starts[has_sentences], breaks + 1]))
         ends = np.sort(np.concatenate([doc_ends[has_sentences], breaks]))
         return flat, starts, ends
 
