@@ -318,7 +318,7 @@ def test_nsp_pairs_from_a_bounded_window_keep_their_statistics(tmp_path, corpus,
 
 def test_document_pool_stays_within_its_window() -> None:
     sizes = [int(s) for s in np.random.default_rng(0).integers(1, 50, size=300)]
-    docs = [TokenizedDocument([[0] * n]) for n in sizes]
+    docs = [TokenizedDocument.from_sentences([[0] * n]) for n in sizes]
     window = 120
     for index, pool in document_pools(iter(docs), window):
         me = pool[index]

@@ -24,7 +24,8 @@ CLS, SEP, PAD, EOS = 2, 3, 0, 9
 
 
 def _docs(rng, n_docs=12):
-    return [TokenizedDocument([list(rng.integers(10, 100, rng.integers(1, 30))) for _ in range(rng.integers(1, 8))])
+    return [TokenizedDocument.from_sentences([list(rng.integers(10, 100, rng.integers(1, 30)))
+                                              for _ in range(rng.integers(1, 8))])
             for _ in range(n_docs)]
 
 
@@ -71,18 +72,21 @@ def test_blingfire_splits_the_rule_based_cases_and_is_cached_apart(tmp_path, mon
 
 
 def test_blingfire_with_a_kept_buffer_returns_what_the_library_function_returns():
-    """Our call of blingfire's C function reuses its output buffer: the result is the library's
-    ``text_to_sentences`` on every paragraph of the embedded corpus, in an order where a long paragraph leaves its
-    text in the buffer before a short one and an empty one (nothing written: nothing read back)."""
+    """Our call of blingfire's C function reuses its output buffer and decodes a document's paragraphs at once: the
+    sentences are those of the library's ``text_to_sentences`` on each paragraph, stripped, on every document of the
+    embedded corpus, in an order where a long paragraph leaves its text in the buffer before a short one and an
+    empty one (nothing written: nothing read back), and in documents of several paragraphs."""
     import blingfire
 
-    from plm_lightning.data.sentences import _paragraph_splitter
     from plm_lightning.data.sources import embedded_corpus
 
-    paragraphs = [" ".join(p.split()) for d in embedded_corpus() for p in d.split("\n\n") if p.strip()]
-    paragraphs += ["It is. " * 20000, "A b.", "", "é. É.", "Short."]
-    segment = _paragraph_splitter("blingfire")
-    assert [segment(p) for p in paragraphs] == [blingfire.text_to_sentences(p).split("\n") for p in paragraphs]
+    def library(document):
+        paragraphs = [p for p in (" ".join(p.split()) for p in document.split("\n\n")) if p]
+        return [t for p in paragraphs for s in blingfire.text_to_sentences(p).split("\n") if (t := s.strip())]
+
+    documents = [*embedded_corpus(), "It is. " * 20000, "A b.", "", " \n\n ", "é. É.", "Short.",
+                 "It is. " * 3000 + "\n\nA b.\n\n\n\nDr. Who ran.\n \nThen é. É.\n\n"]
+    assert [split_sentences(d, "blingfire") for d in documents] == [library(d) for d in documents]
 
 
 def test_corpus_splits_and_the_embedded_corpus_are_cached_on_disk(tmp_path, monkeypatch):
@@ -255,7 +259,8 @@ def test_datamodule_trains_on_saved_hf_dataset(tmp_path):
 def test_sentence_order_pairs_are_consecutive_and_swapped_when_labelled():
     # sentence k of document d is the token 10 + 100 d + k, repeated: segments reveal where they came from
     rng = np.random.default_rng(3)
-    docs = [TokenizedDocument([[10 + 100 * d + k] * int(rng.integers(2, 6)) for k in range(int(rng.integers(2, 12)))])
+    docs = [TokenizedDocument.from_sentences([[10 + 100 * d + k] * int(rng.integers(2, 6))
+                                              for k in range(int(rng.integers(2, 12)))])
             for d in range(40)]
     blocks = pack_sentence_pairs(docs, 24, CLS, SEP, PAD, np.random.default_rng(0), negatives="swap")
     assert len(blocks) > 40
@@ -307,18 +312,22 @@ def test_word_start_flags_from_the_vocabulary_equal_those_from_the_word_ids():
     texts = [s for d in embedded_corpus() for s in split_sentences(d, "blingfire")]
     texts += ["##abc #hash [MASK] x[MASK]y ## ### a##b", "[CLS][SEP]", "", "ünïcödé 中文 テスト", "[UNK] [PAD]pad"]
     sample = list(itertools.islice(embedded_corpus(), 150))
+
+    def runs(flagged, starts, ends):
+        return [flagged[a:b].tolist() for a, b in zip(starts, ends)]
+
     for kind in ("wordpiece", "bpe", "unigram"):
         tok = train_tokenizer(kind, sample, 800)
         encodings = tok.tokenizer.encode_batch(texts, add_special_tokens=False)
         expected = [[t | (WORD_CONT if i and w is not None and w == e.word_ids[i - 1] else 0)
                      | (SENTENCE_START if i == 0 else 0) for i, (t, w) in enumerate(zip(e.ids, e.word_ids))]
                     for e in encodings]
-        assert _flag_word_starts(encodings) == expected
+        assert runs(*_flag_word_starts(encodings)) == expected
         table = tok.word_continuations()
         assert (table is not None) is (kind == "wordpiece")
         if table is not None:
-            assert table.sum() > 100 and _flag_word_starts(encodings, table) == expected
-    assert _flag_word_starts([]) == []
+            assert table.sum() > 100 and runs(*_flag_word_starts(encodings, table)) == expected
+    assert runs(*_flag_word_starts([])) == []
 
 
 def test_sentences_joined_into_one_encoding_equal_each_sentence_encoded_alone(monkeypatch):

@@ -72,7 +72,7 @@ def test_word_signals():
 
 def _docs(n_docs, n_sents, rng, tokens=(2, 6)):
     """Token = doc * 100000 + sentence * 100 + k, so a pair's provenance can be read back."""
-    return [TokenizedDocument([[d * 100000 + s * 100 + k for k in range(int(rng.integers(*tokens)))]
+    return [TokenizedDocument.from_sentences([[d * 100000 + s * 100 + k for k in range(int(rng.integers(*tokens)))]
                                for s in range(int(rng.integers(1, n_sents + 1)))]) for d in range(n_docs)]
 
 

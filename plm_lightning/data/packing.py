@@ -21,9 +21,9 @@ and, from a parallel corpus, :func:`pack_translation_pairs` for XLM's translatio
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Literal
 
@@ -115,25 +115,26 @@ BLOCK_FIELDS = ("input_ids", "document_ids", "segment_b_start", "sentence_label"
 
 @dataclass
 class PackedRow:
-    """One block before padding: flagged tokens, the document of each token (numbered from 0 in the block) and, in
-    the pair modes, where segment B starts and the pair's label."""
+    """One block before padding: flagged tokens (a list or an array), the document of each token (numbered from 0 in
+    the block; None: every token in document 0) and, in the pair modes, where segment B starts and the pair's
+    label."""
 
-    tokens: list[int]
-    documents: list[int]
+    tokens: Sequence[int] | np.ndarray
+    documents: Sequence[int] | None = None
     b_start: int | None = None
     label: int | None = None
 
 
 def blocks_from_rows(rows: Sequence[PackedRow], length: int, pad_id: int, pairs: bool = False) -> PackedBlocks:
     """Rows padded to ``length`` and their flags decoded; ``pairs`` keeps the pair fields (even for no rows)."""
-    if rows and all(len(row.tokens) == length for row in rows):  # full rows (contiguous packing): no padding
-        tokens = np.array([row.tokens for row in rows], dtype=np.int64)
-        docs = np.array([row.documents for row in rows], dtype=np.int16)
-    else:
-        tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
-        docs = np.full((len(rows), length), -1, dtype=np.int16)
-        for i, row in enumerate(rows):
-            tokens[i, : len(row.tokens)] = row.tokens
+    lengths = np.fromiter((len(row.tokens) for row in rows), dtype=np.int64, count=len(rows))
+    inside = np.arange(length) < lengths[:, None]
+    tokens = np.full((len(rows), length), pad_id, dtype=np.int64)
+    if rows:
+        tokens[inside] = np.concatenate([np.asarray(row.tokens, dtype=np.int64) for row in rows])
+    docs = np.where(inside, 0, -1).astype(np.int16)
+    for i, row in enumerate(rows):
+        if row.documents is not None:
             docs[i, : len(row.documents)] = row.documents
     ids, flags = split_flags(tokens)
     blocks = PackedBlocks(ids, docs, **flags)
@@ -150,15 +151,14 @@ def contiguous_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int 
     tokens: list[int] = []
     doc_index: list[int] = []
     for i, d in enumerate(docs):
-        for s in d.sentences:
-            tokens.extend(s)
+        tokens.extend(d.tokens.tolist())
         if eos_id is not None:
             tokens.append(eos_id)
         doc_index.extend([i] * (len(tokens) - len(doc_index)))
         full = len(tokens) // length * length
         for start in range(0, full, length):
             first = doc_index[start]
-            documents = ([0] * length if doc_index[start + length - 1] == first  # inside one document
+            documents = (None if doc_index[start + length - 1] == first  # inside one document
                          else [j - first for j in doc_index[start: start + length]])
             yield PackedRow(tokens[start: start + length], documents)
         del tokens[:full], doc_index[:full]
@@ -169,39 +169,46 @@ def document_rows(docs: Iterable[TokenizedDocument], length: int, eos_id: int) -
     starts at position 1 after the end-of-text token, as a prompt does (short-document corpora: the knowledge world,
     where packing across documents would make every fact appear after another subject's)."""
     for d in docs:
-        ids = [eos_id, *(t for s in d.sentences for t in s), eos_id]
+        ids = [eos_id, *d.tokens.tolist(), eos_id]
         for start in range(0, len(ids) - 1, length):  # no row of a lone <eos>
-            row = ids[start: start + length]
-            yield PackedRow(row, [0] * len(row))
+            yield PackedRow(ids[start: start + length])
 
 
 def sentence_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: int, sep_id: int,
                   cross_documents: bool) -> Iterator[PackedRow]:
     """RoBERTa FULL-SENTENCES (``cross_documents``) or DOC-SENTENCES: ``[CLS] s1 s2 ... [SEP]``."""
     budget = length - 2
-    cur: list[int] = []
-    cur_docs: list[int] = []
+    cls, sep = np.array([cls_id]), np.array([sep_id])
+    pieces: list[np.ndarray] = []  # the row so far, as slices of its documents' tokens and separators
+    owners: list[int] = []  # per piece, its document in the row (numbered from 0)
+    size = 0
 
     def flush() -> Iterator[PackedRow]:
-        if cur:
-            yield PackedRow([cls_id, *cur, sep_id], [cur_docs[0], *cur_docs, cur_docs[-1]])
-            cur.clear()
-            cur_docs.clear()
+        nonlocal size
+        if size:
+            documents = np.repeat(owners, [len(p) for p in pieces])
+            yield PackedRow(np.concatenate([cls, *pieces, sep]), np.concatenate([documents[:1], documents,
+                                                                               documents[-1:]]))
+            pieces.clear()
+            owners.clear()
+            size = 0
 
     for d in docs:
-        local_doc = (cur_docs[-1] + 1) if cur_docs else 0
-        for sentence in d.sentences:
-            for start in range(0, len(sentence), budget):
-                piece = sentence[start: start + budget]
-                boundary = bool(cur_docs) and cur_docs[-1] != local_doc
-                if len(cur) + len(piece) + int(boundary) > budget:
+        local_doc = (owners[-1] + 1) if owners else 0
+        for first, last in zip(d.bounds, d.bounds[1:]):
+            for start in range(first, last, budget):
+                piece = d.tokens[start: min(start + budget, last)]
+                boundary = bool(owners) and owners[-1] != local_doc
+                if size + len(piece) + int(boundary) > budget:
                     yield from flush()
                     local_doc, boundary = 0, False
                 if boundary:  # the extra separator between documents, counted with the previous document
-                    cur.append(sep_id)
-                    cur_docs.append(cur_docs[-1])
-                cur.extend(piece)
-                cur_docs.extend([local_doc] * len(piece))
+                    pieces.append(sep)
+                    owners.append(owners[-1])
+                    size += 1
+                pieces.append(piece)
+                owners.append(local_doc)
+                size += len(piece)
         if not cross_documents:
             yield from flush()
     yield from flush()
@@ -220,25 +227,43 @@ def pack_sentences(docs: list[TokenizedDocument], length: int, cls_id: int, sep_
     return blocks_from_rows(list(sentence_rows(docs, length, cls_id, sep_id, cross_documents)), length, pad_id)
 
 
-def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
-    """BERT's truncate_seq_pair: while the pair is too long, drop a token from the front or the back (one uniform
-    draw each, < 0.5: the front) of the longer segment (B on a tie).
+def _pair_trims(len_a: int, len_b: int, max_tokens: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """BERT's truncate_seq_pair as counts: the tokens it drops from the front and the back of A, then of B. While the
+    pair is too long it drops a token from the front or the back (one uniform draw each, < 0.5: the front) of the
+    longer segment (B on a tie).
 
     The same draws and the same result as that loop, computed from the order it trims in: the longer segment until
     the two are equal, then B and A by turns."""
-    excess = len(a) + len(b) - max_tokens
+    excess = len_a + len_b - max_tokens
     if excess <= 0:
-        return
+        return 0, 0, 0, 0
     front = rng.random(excess) < 0.5  # one stream of draws: the same numbers as ``excess`` scalar draws
-    lead = min(abs(len(a) - len(b)), excess)
-    trims_a = np.empty(excess, dtype=bool)
-    trims_a[:lead] = len(a) > len(b)
-    trims_a[lead:] = np.arange(excess - lead) % 2 == 1
-    for segment, mine in ((a, trims_a), (b, ~trims_a)):
-        from_front = int((front & mine).sum())
-        from_back = int(mine.sum()) - from_front
-        del segment[len(segment) - from_back:]
-        del segment[:from_front]
+    lead = min(abs(len_a - len_b), excess)  # the longer one's turns, then B's (even) and A's (odd)
+    lead_front = int(np.count_nonzero(front[:lead]))
+    b_turns, a_turns = (excess - lead + 1) // 2, (excess - lead) // 2
+    b_front, a_front = int(np.count_nonzero(front[lead::2])), int(np.count_nonzero(front[lead + 1::2]))
+    if len_a > len_b:
+        a_turns, a_front = a_turns + lead, a_front + lead_front
+    else:
+        b_turns, b_front = b_turns + lead, b_front + lead_front
+    return a_front, a_turns - a_front, b_front, b_turns - b_front
+
+
+def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
+    """:func:`_pair_trims` applied to two lists, in place."""
+    a_front, a_back, b_front, b_back = _pair_trims(len(a), len(b), max_tokens, rng)
+    for segment, front, back in ((a, a_front, a_back), (b, b_front, b_back)):
+        del segment[len(segment) - back:]
+        del segment[:front]
+
+
+def _run_end(bounds: list[int], first: int, stop: int, budget: int) -> int:
+    """Where the run of sentences ``first``, ``first + 1``, ... (before sentence ``stop``) ends once it holds
+    ``budget`` tokens, in a document's token positions (``bounds``, see
+    :class:`~plm_lightning.data.tokenized.TokenizedDocument`): BERT's "extend B sentence by sentence until it is
+    long enough" (at least one sentence, all of them before ``stop`` if they never are)."""
+    k = bisect_left(bounds, bounds[first] + budget, first + 1, stop)
+    return bounds[min(k, stop)]
 
 
 def document_pools(docs: Iterable[TokenizedDocument], window: int | None
@@ -264,7 +289,7 @@ def document_pools(docs: Iterable[TokenizedDocument], window: int | None
                 exhausted = True
                 break
             pool.append(nxt)
-            sizes.append(sum(len(s) for s in nxt.sentences))
+            sizes.append(len(nxt.tokens))
             if base + len(pool) - 1 > current:
                 ahead += sizes[-1]
         if current >= base + len(pool):
@@ -295,51 +320,48 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
     from :func:`document_pools` (``window``).
     """
     max_tokens = length - 3
-    for di, docs_pool in document_pools(docs, window):
-        doc = docs_pool[di]
+    cls, sep = np.array([cls_id]), np.array([sep_id])
+    for di, pool in document_pools(docs, window):
+        doc = pool[di]
+        bounds, count = doc.bounds, len(doc.bounds) - 1
         target = max_tokens
         if rng.random() < short_seq_prob:
             target = int(rng.integers(2, max_tokens + 1))
-        chunk: list[list[int]] = []
-        chunk_len, i = 0, 0
-        while i < len(doc.sentences):
-            chunk.append(doc.sentences[i])
-            chunk_len += len(doc.sentences[i])
-            if i == len(doc.sentences) - 1 or chunk_len >= target:
-                a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
-                a = list(chain.from_iterable(chunk[:a_end]))
-                b: list[int] = []
-                is_random = (negatives == "random_document" and len(docs_pool) > 1
-                             and (len(chunk) == 1 or rng.random() < 0.5))
+        first = i = 0  # the chunk: sentences first..i
+        while i < count:
+            if i == count - 1 or bounds[i + 1] - bounds[first] >= target:
+                chunk = i + 1 - first
+                a_end = first + (1 if chunk < 2 else int(rng.integers(1, chunk)))  # A: sentences first..a_end-1
+                a_len = bounds[a_end] - bounds[first]
+                b_doc, b_lo, b_hi = doc, bounds[a_end], bounds[i + 1]  # B: the rest of the chunk, unless...
+                is_random = (negatives == "random_document" and len(pool) > 1
+                             and (chunk == 1 or rng.random() < 0.5))
+                label = int(is_random)
                 if negatives == "distance":
-                    chunk_start = i - len(chunk) + 1
-                    b, label = _distance_segment(docs_pool, di, chunk_start, chunk_start + a_end - 1,
-                                                 target - len(a), rng, adjacent=len(chunk) > 1)
-                    if label == 0:
-                        b = list(chain.from_iterable(chunk[a_end:]))
-                    else:
-                        i -= len(chunk) - a_end  # put the unused sentences back
+                    segment, label = _distance_segment(pool, di, first, a_end - 1, target - a_len, rng,
+                                                       adjacent=chunk > 1)
+                    if label != 0:
+                        b_doc, b_lo, b_hi = segment
+                        i = a_end - 1  # put the unused sentences back
                 elif is_random:
                     other = di
                     for _ in range(10):
-                        other = int(rng.integers(0, len(docs_pool)))
+                        other = int(rng.integers(0, len(pool)))
                         if other != di:
                             break
-                    sentences = docs_pool[other].sentences
-                    for s in sentences[int(rng.integers(0, len(sentences))):]:
-                        b.extend(s)
-                        if len(b) >= target - len(a):
-                            break
-                    i -= len(chunk) - a_end  # put the unused sentences back
-                else:
-                    b = list(chain.from_iterable(chunk[a_end:]))
-                if a and b:
-                    _truncate_pair(a, b, max_tokens, rng)
-                    label = label if negatives == "distance" else int(is_random)
+                    b_doc = pool[other]
+                    start = int(rng.integers(0, len(b_doc.bounds) - 1))
+                    b_lo = b_doc.bounds[start]
+                    b_hi = _run_end(b_doc.bounds, start, len(b_doc.bounds) - 1, target - a_len)
+                    i = a_end - 1  # put the unused sentences back
+                if a_len and b_hi > b_lo:
+                    a_front, a_back, b_front, b_back = _pair_trims(a_len, b_hi - b_lo, max_tokens, rng)
+                    a = doc.tokens[bounds[first] + a_front: bounds[a_end] - a_back]
+                    b = b_doc.tokens[b_lo + b_front: b_hi - b_back]
                     if negatives == "swap" and rng.random() < 0.5:
                         a, b, label = b, a, 1
-                    yield PackedRow([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3), len(a) + 2, label)
-                chunk, chunk_len = [], 0
+                    yield PackedRow(np.concatenate([cls, a, sep, b, sep]), None, len(a) + 2, label)
+                first = i + 1
             i += 1
 
 
@@ -365,7 +387,7 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
         _truncate_pair(a, b, length - 3, rng)
         if not a or not b:
             continue
-        rows.append(PackedRow([cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + len(b) + 3)))
+        rows.append(PackedRow([cls_id, *a, sep_id, *b, sep_id]))
         positions.append([*range(len(a) + 2), *range(len(b) + 1)])
         language_rows.append([languages[0]] * (len(a) + 2) + [languages[1]] * (len(b) + 1))
     blocks = blocks_from_rows(rows, length, pad_id)
@@ -380,34 +402,31 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
 
 
 def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, a_last: int, budget: int,
-                      rng: np.random.Generator, adjacent: bool) -> tuple[list[int], int]:
+                      rng: np.random.Generator, adjacent: bool) -> tuple[tuple[TokenizedDocument, int, int], int]:
     """ERNIE 2.0's sentence distance (Sun et al. 2020, sec. 4.2.2), three classes drawn uniformly: 0 = B follows A,
     1 = B from the same document but not adjacent to A (at least one sentence between), 2 = B from another
-    document. Returns (B's tokens, label); label 0 leaves B to the caller (the rest of A's chunk). A class that the
-    document cannot give (one sentence, one document) falls back to another."""
-    sentences = docs[di].sentences
-    far = [j for j in range(len(sentences)) if j >= a_last + 2 or j <= a_first - 2]
+    document. Returns ((document, start, end): B's tokens, label); label 0 leaves B to the caller (the rest of A's
+    chunk). A class that the document cannot give (one sentence, one document) falls back to another."""
+    doc = docs[di]
+    count = len(doc.bounds) - 1
+    far = [j for j in range(count) if j >= a_last + 2 or j <= a_first - 2]
     choices = [c for c, ok in ((0, adjacent), (1, bool(far)), (2, len(docs) > 1)) if ok]
     if not choices:
-        return [], 0
+        return (doc, 0, 0), 0
     label = choices[int(rng.integers(0, len(choices)))]
     if label == 0:
-        return [], 0
+        return (doc, 0, 0), 0
     if label == 1:
         j = far[int(rng.integers(0, len(far)))]
-        stop = len(sentences) if j > a_last else a_first - 1  # a run before A ends a sentence short of it
+        stop = count if j > a_last else a_first - 1  # a run before A ends a sentence short of it
     else:
         other = di
         while other == di:
             other = int(rng.integers(0, len(docs)))
-        sentences = docs[other].sentences
-        j, stop = int(rng.integers(0, len(sentences))), len(sentences)
-    b: list[int] = []
-    for sentence in sentences[j:stop]:
-        b.extend(sentence)
-        if len(b) >= budget:
-            break
-    return b, label
+        doc = docs[other]
+        j = int(rng.integers(0, len(doc.bounds) - 1))
+        stop = len(doc.bounds) - 1
+    return (doc, doc.bounds[j], _run_end(doc.bounds, j, stop, budget)), label
 
 
 def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,9 +14,10 @@ offered.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 
 from plm_lightning.errors import ConfigError
@@ -32,19 +33,28 @@ def check_splitter(splitter: str, where: str = "data.sentence_splitter") -> str:
 
 
 @cache
-def _paragraph_splitter(splitter: str) -> Callable[[str], list[str]]:
-    """The function that splits one whitespace-normalised paragraph into sentences."""
+def _document_splitter(splitter: str) -> Callable[[str], list[str]]:
+    """The function that splits a document into sentences, paragraph by paragraph (not yet stripped, maybe empty)."""
     if check_splitter(splitter) == "pysbd":
         import pysbd
 
-        return pysbd.Segmenter(language="en", clean=False).segment
-    return _BlingfireParagraphs()
+        segment = pysbd.Segmenter(language="en", clean=False).segment
+        return lambda document: [s for paragraph in _paragraphs(document) for s in segment(paragraph)]
+    return _Blingfire()
 
 
-class _BlingfireParagraphs:
-    """blingfire's ``text_to_sentences`` with its output buffer kept between calls (one per thread): the library
-    function allocates a zeroed buffer of twice the input per call, a third of its time on short paragraphs. The
-    same C function, arguments and result: the sentences of ``paragraph`` ('' on the library's error)."""
+def _paragraphs(document: str) -> Iterator[str]:
+    """The paragraphs of ``document`` (blank lines are boundaries), whitespace collapsed, empty ones dropped."""
+    for paragraph in document.split("\n\n"):
+        if paragraph := " ".join(paragraph.split()):
+            yield paragraph
+
+
+class _Blingfire:
+    """blingfire's ``text_to_sentences`` on each paragraph of a document: the same C function, arguments and result
+    ('' for a paragraph where the library reports an error), with its output buffer kept between calls (one per
+    thread; the library function allocates a zeroed buffer of twice the input per call, a third of its time on
+    short paragraphs) and the outputs of a document's paragraphs decoded and split at once."""
 
     def __init__(self) -> None:
         import threading
@@ -53,31 +63,24 @@ class _BlingfireParagraphs:
 
         self._text_to_sentences, self._local = blingfire.blingfire.TextToSentences, threading.local()
 
-    def __call__(self, paragraph: str) -> list[str]:
-        import ctypes
-
-        data = paragraph.encode("utf-8")
-        room = 2 * len(data)
-        buffer = getattr(self._local, "buffer", None)
-        if buffer is None or len(buffer) < room:
-            buffer = self._local.buffer = ctypes.create_string_buffer(max(room, 1 << 16))
-        written = self._text_to_sentences(ctypes.c_char_p(data), ctypes.c_int(len(data)), ctypes.byref(buffer),
-                                          ctypes.c_int(room))
-        if written <= 0 or written > room:  # an error, or nothing written (the library's buffer would be empty)
-            return [""]
-        # what it wrote, up to its terminating NUL (the library reads its zeroed buffer that way)
-        return ctypes.string_at(buffer, written).split(b"\0", 1)[0].decode("utf-8").split("\n")
+    def __call__(self, document: str) -> list[str]:
+        outputs = []
+        for paragraph in _paragraphs(document):
+            data = paragraph.encode("utf-8")
+            room = 2 * len(data)
+            buffer = getattr(self._local, "buffer", None)
+            if buffer is None or len(buffer) < room:
+                buffer = self._local.buffer = ctypes.create_string_buffer(max(room, 1 << 16))
+            written = self._text_to_sentences(data, len(data), buffer, room)
+            # an error, or nothing written (the library's buffer would be empty); else what it wrote, up to its
+            # terminating NUL (the library reads its zeroed buffer that way)
+            outputs.append(ctypes.string_at(buffer, written).split(b"\0", 1)[0] if 0 < written <= room else b"")
+        return b"\n".join(outputs).decode("utf-8").split("\n")  # one sentence a line
 
 
 def split_sentences(document: str, splitter: str = "pysbd") -> list[str]:
     """The sentences of ``document``, paragraph by paragraph, by ``splitter`` (one of :data:`SENTENCE_SPLITTERS`)."""
-    segment = _paragraph_splitter(splitter)
-    sentences: list[str] = []
-    for paragraph in document.split("\n\n"):
-        paragraph = " ".join(paragraph.split())
-        if paragraph:
-            sentences.extend(stripped for s in segment(paragraph) if (stripped := s.strip()))
-    return sentences
+    return [stripped for s in _document_splitter(splitter)(document) if (stripped := s.strip())]
 
 
 def splitter_version(splitter: str) -> str:

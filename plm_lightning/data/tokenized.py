@@ -22,13 +22,28 @@ ID_BITS = 40
 WORD_CONT, PHRASE_CONT, ENTITY_CONT, IN_PHRASE, IN_ENTITY, CAPITALISED, LEXICAL, ELSEWHERE, SENTENCE_START = (
     1 << (ID_BITS + i) for i in range(9))
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the arrays have no truth value
 class TokenizedDocument:
-    """Token ids per sentence. Until blocks are written each token carries its unit flags above bit ``ID_BITS``
-    (continues a word / phrase / entity, lies in a phrase / entity), so the packers stay agnostic of them;
-    :func:`split_flags` decodes them."""
+    """A document's token ids, its sentences end to end: sentence ``i`` is ``tokens[bounds[i]:bounds[i + 1]]``, and
+    none is empty. Until blocks are written each token carries its unit flags above bit ``ID_BITS`` (continues a
+    word / phrase / entity, lies in a phrase / entity), so the packers stay agnostic of them; :func:`split_flags`
+    decodes them. One array per document (a view of its batch's) rather than a list per sentence: the packers cut
+    rows out of it by position, without building a Python list of every token (issue 35)."""
 
-    sentences: list[list[int]]
+    tokens: np.ndarray
+    bounds: list[int]
+
+    @classmethod
+    def from_sentences(cls, sentences: Sequence[Sequence[int]]) -> TokenizedDocument:
+        """The document of these sentences (empty ones dropped)."""
+        ids, starts, _ = concatenated([s for s in sentences if len(s)])
+        return cls(ids, [*starts.tolist(), len(ids)])
+
+    @property
+    def sentences(self) -> list[list[int]]:
+        """Each sentence's tokens as a list."""
+        tokens = self.tokens.tolist()
+        return [tokens[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
 
 def split_flags(tokens: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -82,9 +97,10 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
         joined = tokenizer.encode_sentences(units)
         if joined is not None:
             ids, starts, ends = joined  # ids hold the sentence breaks too ("clip": their flags are never read)
-            return _documents(units, _flag_runs(ids, np.take(continuations, ids, mode="clip"), starts, ends))
+            flagged = _flag_runs(ids, np.take(continuations, ids, mode="clip"), starts, ends)
+            return _documents(units, flagged, starts, ends)
         encodings = tokenizer.tokenizer.encode_batch([s for u in units for s in u], add_special_tokens=False)
-        return _documents(units, _flag_word_starts(encodings, continuations))
+        return _documents(units, *_flag_word_starts(encodings, continuations))
     flat = [s for u in units for s in u]
     encoded_words = tokenizer.encode_batch_with_words(flat, segmenter)
     if phrases is None:
@@ -99,19 +115,19 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
     encoded = [_flag_sentence(ids, index, list(knowledge.units(words, phrases)) if knowledge is not None else [],
                               signals[k] if signals else ())
                for k, (ids, index, words) in enumerate(encoded_words)]
-    return _documents(units, encoded)
+    return _documents(units, *concatenated(encoded))
 
 
-def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None = None) -> list[list[int]]:
+def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_flag_sentence` without knowledge units, from the tokenizer's word ids: the fast path of every recipe
     but ERNIE's (a token continues a word when it has the word id of the token before in its sentence; a token
     without a word id, None, never does), or from ``continuations`` (per id, see
     :meth:`~plm_lightning.data.tokenizer.TextTokenizer.word_continuations`) where the vocabulary tells the same.
-    One numpy pass over the whole batch of ``tokenizers`` encodings."""
+    One numpy pass over the whole batch of ``tokenizers`` encodings: ``(flagged, starts, ends)``, encoding i's
+    tokens at ``flagged[starts[i]:ends[i]]``."""
     flat, starts, ends = concatenated([e.ids for e in encodings])
     total = len(flat)
-    if total == 0:
-        return [[] for _ in encodings]
     if continuations is not None:
         continues = continuations[flat]
     else:
@@ -123,28 +139,40 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
                                count=total)
         continues = np.zeros(total, dtype=bool)
         continues[1:] = (word[1:] == word[:-1]) & (word[1:] >= 0)
-    return _flag_runs(flat, continues, starts, ends)
+    return _flag_runs(flat, continues, starts, ends), starts, ends
 
 
-def _flag_runs(ids: np.ndarray, continues: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[list[int]]:
-    """The sentences ``ids[starts[i]:ends[i]]`` flagged: a token continues a word where ``continues`` says so,
-    except a sentence's first token, which starts the sentence (tokens outside every sentence are dropped)."""
+def _flag_runs(ids: np.ndarray, continues: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``ids`` flagged, where the sentences are ``ids[starts[i]:ends[i]]``: a token continues a word where
+    ``continues`` says so, except a sentence's first token, which starts the sentence."""
     first = starts[ends > starts]
     continues[first] = False
     flagged = ids | np.where(continues, WORD_CONT, 0)
     flagged[first] |= SENTENCE_START
-    out = flagged.tolist()
-    return [out[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    return flagged
 
 
-def _documents(units: list[list[str]], encoded: list[list[int]]) -> list[TokenizedDocument]:
-    """The flagged sentences regrouped by document (documents with no token dropped)."""
-    out, pos = [], 0
-    for u in units:
-        sentences = [ids for ids in encoded[pos: pos + len(u)] if ids]
-        pos += len(u)
-        if sentences:
-            out.append(TokenizedDocument(sentences))
+def _documents(units: list[list[str]], tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray
+               ) -> list[TokenizedDocument]:
+    """The sentences ``tokens[starts[i]:ends[i]]`` (sentence i of ``units``' documents in order, the runs disjoint and
+    ascending; tokens outside every run dropped) regrouped by document, empty sentences and documents without a
+    token dropped. Each document's tokens are a view of one array gathered for the whole batch."""
+    lengths = ends - starts
+    kept = lengths > 0
+    document_of = np.repeat(np.arange(len(units)), [len(u) for u in units])[kept]
+    starts, lengths = starts[kept], lengths[kept]
+    new_ends = np.cumsum(lengths)
+    new_starts = new_ends - lengths
+    total = int(new_ends[-1]) if len(new_ends) else 0
+    if total != len(tokens):  # tokens outside the runs (the joined encoding's sentence breaks): gather
+        tokens = tokens[np.arange(total) + np.repeat(starts - new_starts, lengths)]
+    bounds = [*new_starts.tolist(), total]
+    out, k = [], 0
+    for count in np.bincount(document_of, minlength=len(units)).tolist():
+        if count:
+            first, last = bounds[k], bounds[k + count]
+            out.append(TokenizedDocument(tokens[first:last], [b - first for b in bounds[k: k + count + 1]]))
+            k += count
     return out
 
 
