@@ -196,7 +196,7 @@ def _pack_partition(job: PackingJob, partition: Partition, target: Path, root: P
             tokens = 0
             for batch in blocks:
                 writer.append(batch)
-                tokens += int((np.asarray(batch.document_ids) >= 0).sum())
+                tokens += int(np.count_nonzero(np.asarray(batch.document_ids) >= 0))
             stats["tokens"][split] = tokens
         writer.close()
         stats["rows"][split] = writer.rows

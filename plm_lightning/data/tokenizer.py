@@ -125,8 +125,6 @@ class TextTokenizer:
             return None
         texts = [SENTENCE_BREAK.join(u) for u in units]
         expected = sum(max(len(u) - 1, 0) for u in units)
-        if sum(text.count(SENTENCE_BREAK) for text in texts) != expected:
-            return None
         if "_sentence_joiner" not in self.__dict__:
             joiner = Tokenizer.from_str(self.tokenizer.to_str())
             joiner.add_special_tokens([AddedToken(SENTENCE_BREAK, special=True, normalized=False)])
@@ -135,7 +133,7 @@ class TextTokenizer:
         encode = getattr(joiner, "encode_batch_fast", joiner.encode_batch)  # tokenizers < 0.20 has no fast one
         flat, doc_starts, doc_ends = concatenated([e.ids for e in encode(texts, add_special_tokens=False)])
         breaks = np.flatnonzero(flat == break_id)
-        if len(breaks) != expected:  # never seen: the break was not cut out as one token
+        if len(breaks) != expected:  # a sentence holds the break (each join is one match, any other adds one)
             return None
         has_sentences = np.fromiter((len(u) > 0 for u in units), dtype=bool, count=len(units))
         starts = np.sort(np.concatenate([doc_starts[has_sentences], breaks + 1]))
