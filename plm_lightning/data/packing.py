@@ -257,13 +257,13 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
         del segment[:front]
 
 
-def _run_end(bounds: list[int], first: int, stop: int, budget: int) -> int:
-    """Where the run of sentences ``first``, ``first + 1``, ... (before sentence ``stop``) ends once it holds
-    ``budget`` tokens, in a document's token positions (``bounds``, see
-    :class:`~plm_lightning.data.tokenized.TokenizedDocument`): BERT's "extend B sentence by sentence until it is
+def _sentence_run(doc: TokenizedDocument, first: int, stop: int, budget: int) -> tuple[TokenizedDocument, int, int]:
+    """``(doc, start, end)``: the tokens of ``doc``'s sentences ``first``, ``first + 1``, ... (before sentence
+    ``stop``) up to the one that brings them to ``budget`` tokens: BERT's "extend B sentence by sentence until it is
     long enough" (at least one sentence, all of them before ``stop`` if they never are)."""
+    bounds = doc.bounds
     k = bisect_left(bounds, bounds[first] + budget, first + 1, stop)
-    return bounds[min(k, stop)]
+    return doc, bounds[first], bounds[min(k, stop)]
 
 
 def document_pools(docs: Iterable[TokenizedDocument], window: int | None
@@ -323,7 +323,7 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
     cls, sep = np.array([cls_id]), np.array([sep_id])
     for di, pool in document_pools(docs, window):
         doc = pool[di]
-        bounds, count = doc.bounds, len(doc.bounds) - 1
+        bounds, count = doc.bounds, doc.sentence_count
         target = max_tokens
         if rng.random() < short_seq_prob:
             target = int(rng.integers(2, max_tokens + 1))
@@ -350,9 +350,8 @@ def sentence_pair_rows(docs: Iterable[TokenizedDocument], length: int, cls_id: i
                         if other != di:
                             break
                     b_doc = pool[other]
-                    start = int(rng.integers(0, len(b_doc.bounds) - 1))
-                    b_lo = b_doc.bounds[start]
-                    b_hi = _run_end(b_doc.bounds, start, len(b_doc.bounds) - 1, target - a_len)
+                    b_doc, b_lo, b_hi = _sentence_run(b_doc, int(rng.integers(0, b_doc.sentence_count)),
+                                                      b_doc.sentence_count, target - a_len)
                     i = a_end - 1  # put the unused sentences back
                 if a_len and b_hi > b_lo:
                     a_front, a_back, b_front, b_back = _pair_trims(a_len, b_hi - b_lo, max_tokens, rng)
@@ -408,7 +407,7 @@ def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, 
     document. Returns ((document, start, end): B's tokens, label); label 0 leaves B to the caller (the rest of A's
     chunk). A class that the document cannot give (one sentence, one document) falls back to another."""
     doc = docs[di]
-    count = len(doc.bounds) - 1
+    count = doc.sentence_count
     far = [j for j in range(count) if j >= a_last + 2 or j <= a_first - 2]
     choices = [c for c, ok in ((0, adjacent), (1, bool(far)), (2, len(docs) > 1)) if ok]
     if not choices:
@@ -424,9 +423,8 @@ def _distance_segment(docs: Sequence[TokenizedDocument], di: int, a_first: int, 
         while other == di:
             other = int(rng.integers(0, len(docs)))
         doc = docs[other]
-        j = int(rng.integers(0, len(doc.bounds) - 1))
-        stop = len(doc.bounds) - 1
-    return (doc, doc.bounds[j], _run_end(doc.bounds, j, stop, budget)), label
+        j, stop = int(rng.integers(0, doc.sentence_count)), doc.sentence_count
+    return _sentence_run(doc, j, stop, budget), label
 
 
 def split_documents(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

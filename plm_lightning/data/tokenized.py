@@ -40,6 +40,10 @@ class TokenizedDocument:
         return cls(ids, [*starts.tolist(), len(ids)])
 
     @property
+    def sentence_count(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
     def sentences(self) -> list[list[int]]:
         """Each sentence's tokens as a list."""
         tokens = self.tokens.tolist()
