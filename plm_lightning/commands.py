@@ -236,12 +236,25 @@ def run_sweep(argv: list[str]) -> None:
 
 
 def run_arena(argv: list[str]) -> None:
-    from plm_lightning.arena import DEFAULT_RECIPES, DOWNSTREAM, PROBES, PROMPTS, Arena, ArenaConfig, write_report
+    from plm_lightning.arena import (
+        DEFAULT_RECIPES,
+        DOWNSTREAM,
+        EXECUTORS,
+        PROBES,
+        PROMPTS,
+        Arena,
+        ArenaConfig,
+        ExecutorSettings,
+        read_results,
+        write_report,
+    )
+    from plm_lightning.arena.executor import parse_options
     from plm_lightning.arena.runner import split_recipes
 
     parser = CommandParser(prog="plm_lightning arena",
-                           description="Train recipes at one backbone size and one FLOPs budget, fine-tune each on the same "
-                                       "downstream tasks, and report which claims of the literature reproduce.")
+                           description="Train recipes at one backbone size and several FLOPs budgets, score each on the "
+                                       "same downstream tasks, and report which claims of the literature reproduce where "
+                                       "the models beat random weights.")
     parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES),
                         help="comma-separated recipe names; a variant: NAME[key=value;...], e.g. "
                              "continuum[data.bidirectional_fraction=0.25]")
@@ -271,8 +284,21 @@ def run_arena(argv: list[str]) -> None:
                         help="comma-separated recipes also fine-tuned from random weights (the control arm)")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="where every run trains: cpu (the recipes' fp32) or gpu (one CUDA device, bf16-mixed)")
+    parser.add_argument("--finetune-lr", type=float, default=None,
+                        help="peak learning rate of every fine-tuning run (default: each task YAML's, set for "
+                             "base-size models)")
+    parser.add_argument("--executor", default="local",
+                        help=f"where the runs go, one job each: {', '.join(EXECUTORS)} (submitit; local: processes of "
+                             "this machine, slurm: sbatch jobs, debug: this process)")
+    parser.add_argument("--max-parallel", type=int, default=1, help="runs at once (local cores are shared among them)")
+    parser.add_argument("--timeout-min", type=int, default=24 * 60, help="a job's time limit in minutes")
+    parser.add_argument("--cpus-per-task", type=int, default=None,
+                        help="CPU cores per job (default: local cores / --max-parallel; SLURM's default)")
+    parser.add_argument("--executor-option", action="append", default=[],
+                        help="more submitit parameters, name=value (e.g. slurm_partition=dev); repeatable")
     parser.add_argument("--report-only", action="store_true",
-                        help="train nothing: report the results saved in --dir so far (an arena stopped part-way)")
+                        help="train nothing: rebuild the report from --dir's results.csv alone (an arena stopped "
+                             "part-way, or results copied from elsewhere)")
     parser.add_argument("--page", type=Path, default=None,
                         help="also write the report as this Markdown page, its figures in a folder of its name")
     parser.add_argument("--configs-dir", default="configs", help="where the recipes are")
@@ -289,9 +315,13 @@ def run_arena(argv: list[str]) -> None:
         evaluations=args.evaluations, val_batches=args.val_batches, configs_dir=args.configs_dir, data=args.data,
         prompt_shots=args.prompt_shots, prompt_limit=args.prompt_limit,
         prompt_normalize=args.prompt_normalize, seeds=args.seeds,
-        random_init=split_recipes(args.random_init), accelerator=args.accelerator)
-    arena = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr))
-    results = arena.saved() if args.report_only else arena.run()
+        random_init=split_recipes(args.random_init), accelerator=args.accelerator, finetune_lr=args.finetune_lr)
+    settings = ExecutorSettings(args.executor, args.max_parallel, args.timeout_min, args.cpus_per_task,
+                                1 if args.accelerator == "gpu" else 0, parse_options(args.executor_option))
+    if args.report_only:
+        results = read_results(args.dir / "results.csv", config)
+    else:
+        results = Arena(config, args.dir, log=lambda m: print(m, file=sys.stderr, flush=True)).run(settings)
     ran = [a for a in argv if a != "--report-only"]  # the command that trains the runs reported
     files = write_report(results, config, args.dir, command=shlex.join(["python", "-m", "plm_lightning", "arena", *ran]))
     if args.page is not None:

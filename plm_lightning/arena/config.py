@@ -10,15 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from plm_lightning.arena.applicability import Reader, reader_of, why_not
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.world import is_world_spec
 
 DEFAULT_RECIPES = ("bert", "roberta", "spanbert", "electra", "deberta-v3", "t5", "bart", "gpt2", "xlnet")
 DOWNSTREAM = {"code-or-prose": "val/f1", "cloze-spans": "val/f1", "next-sentence": "val/accuracy",
-              "markup-spans": "val/f1"}
+              "markup-spans": "val/f1", "world-facts": "val/accuracy",
+              "world-objects": "val/accuracy"}
 """The offline fine-tuning tasks (``configs/finetune/<task>.yaml``) and the validation metric each is scored by:
 code-or-prose by macro-F1, as about 90% of its paragraphs are prose (accuracy would credit the majority class,
-macro-F1 gives it about 0.47); next-sentence's 4 choices are balanced."""
+macro-F1 gives it about 0.47); next-sentence's 4 choices and world-facts' true and false facts are balanced."""
+WORLD_TASKS = ("lama", "world-facts", "world-objects", "prompt-world-objects")
+"""Tasks on the synthetic world's facts: the recipes must be pretrained on that world (``--data world``)."""
 PROBES = {"lama": "p@1"}
 """Downstream scores read without fine-tuning: ``lama`` is the LAMA probe (``probe --world``) of the synthetic
 world's training facts through each objective's own head, macro P@1 at the last layer, every fact asked (an object
@@ -26,7 +30,7 @@ its recipe's tokenizer splits ranked by its first token: the recipes' tokenizers
 restriction would ask each a different subset); it needs ``data`` to be that world, so the facts were in the
 pretraining text."""
 PROMPTS = {"prompt-code-or-prose": "code_or_prose", "prompt-continuation": "continuation",
-           "prompt-next-sentence": "next_sentence"}
+           "prompt-next-sentence": "next_sentence", "prompt-world-objects": "world_objects"}
 """Downstream scores by zero/few-shot prompting (``plm_lightning prompt``, ``prompt_shots`` demonstrations): the
 offline task's accuracy when each candidate is scored by its log-likelihood given the prompt (causal and
 encoder-decoder recipes; the others are reported as not scored). Next to fine-tuning, the two sides of the
@@ -65,6 +69,9 @@ class ArenaConfig:
             tokenizer (``--model.random_init``): the control arm of "pretraining helps downstream".
         accelerator: ``cpu`` (the recipes' own fp32 settings) or ``gpu`` (every pretraining and fine-tuning run on
             one CUDA device in bf16-mixed).
+        finetune_lr: The peak learning rate of every fine-tuning run (None: each task YAML's, set for base-size
+            models; models a few hidden units wide need about ten times more to leave their head's start in the
+            arena's few hundred steps, as the small BERTs of Turc et al. 2019 do).
     """
 
     recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -87,6 +94,7 @@ class ArenaConfig:
     seeds: int = 1
     random_init: tuple[str, ...] = ()
     accelerator: str = "cpu"
+    finetune_lr: float | None = None
 
     def __post_init__(self) -> None:
         if not self.recipes:
@@ -103,9 +111,12 @@ class ArenaConfig:
             raise ConfigError(f"arena: --prompt-normalize={self.prompt_normalize!r} is not one of none, token, char")
         if self.prompt_limit is not None and self.prompt_limit < 1:
             raise ConfigError(f"arena: --prompt-limit={self.prompt_limit} must be >= 1 (or left out: every example)")
-        if "lama" in self.downstream and not is_world_spec(self.data or ""):
-            raise ConfigError(f"arena: --downstream lama probes the synthetic world's facts, so the recipes must be "
-                              f"pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
+        world = [t for t in self.downstream if t in WORLD_TASKS]
+        if world and not is_world_spec(self.data or ""):
+            raise ConfigError(f"arena: --downstream {', '.join(world)} asks the synthetic world's facts, so the recipes "
+                              f"must be pretrained on it: add --data world (or world:subjects=N,...), not {self.data!r}")
+        if self.finetune_lr is not None and self.finetune_lr <= 0:
+            raise ConfigError(f"arena: --finetune-lr={self.finetune_lr} must be a positive learning rate")
         if self.accelerator not in ("cpu", "gpu"):
             raise ConfigError(f"arena: --accelerator {self.accelerator!r} is not cpu or gpu")
         unknown = [r for r in self.random_init if r not in self.recipes]
@@ -125,6 +136,41 @@ class ArenaConfig:
             found = sorted(p.stem for p in Path(self.configs_dir).glob("*.yaml"))
             raise ConfigError(f"arena: no recipe {', '.join(missing)} in {self.configs_dir}/ (valid: "
                               f"{', '.join(found) or 'none: run from the repository root or pass --configs-dir'})")
+        for task in self.downstream:
+            if len(self.skipped(task)) == len(self.recipes):
+                reasons = "; ".join(sorted(set(self.skipped(task).values())))
+                raise ConfigError(f"arena: --downstream {task} fits none of --recipes {', '.join(self.recipes)} "
+                                  f"({reasons})")
+
+    def reader(self, recipe: str) -> Reader:
+        """How ``recipe``'s model reads a downstream input (from its YAML and variant; nothing trains)."""
+        return reader_of(self.recipe_file(recipe), recipe_variant(recipe)[1])
+
+    def skipped(self, task: str) -> dict[str, str]:
+        """The recipes ``task`` does not apply to, and why."""
+        reasons = {recipe: why_not(task, self.reader(recipe)) for recipe in self.recipes}
+        return {recipe: reason for recipe, reason in reasons.items() if reason is not None}
+
+    def tasks_for(self, recipe: str) -> tuple[str, ...]:
+        """The downstream tasks ``recipe`` is scored on (those that apply to it)."""
+        reader = self.reader(recipe)
+        return tuple(t for t in self.downstream if why_not(t, reader) is None)
+
+    def finetune_args(self, task: str) -> list[str]:
+        """The options of a fine-tuning run on ``task`` beyond its YAML: the arena's learning rate, and the world the
+        recipes were pretrained on for a world task."""
+        args = [f"--model.learning_rate={self.finetune_lr}"] if self.finetune_lr is not None else []
+        if task in ("world-facts", "world-objects"):
+            args.append(f"--data.task=offline:{task.replace('-', '_')}={self.data}")
+        if task == "world-objects":
+            from plm_lightning.finetune.tasks import world_labels
+
+            args.append(f"--model.num_labels={world_labels(str(self.data))}")
+        return args
+
+    def prompt_task(self, task: str) -> str:
+        """The ``prompt --task`` of a :data:`PROMPTS` task (a world task names the arena's world)."""
+        return f"offline:{PROMPTS[task]}" + (f"={self.data}" if task in WORLD_TASKS else "")
 
     def device_args(self) -> list[str]:
         """The trainer options of every run on the arena's accelerator (none on CPU: the recipes' own)."""
@@ -205,4 +251,10 @@ class RunResult:
     seconds_per_step: float = 0.0
     """The median time of a pretraining step at the arena's shape (measured on its first steps, after the first)."""
     random_init: dict[str, float | None] = field(default_factory=dict)
-    """The fine-tuning scores of the same architecture from random weights (``ArenaConfig.random_init``)."""
+    """The scores of the same architecture from random weights (``ArenaConfig.random_init``): fine-tuned from them,
+    or probed and prompted with them."""
+    started: float = 0.0
+    """When the run began and ended (seconds since the epoch): which runs ran at once."""
+    finished: float = 0.0
+    job: str = ""
+    """The executor and job id that ran it (``local:12345``, ``slurm:678_3``)."""

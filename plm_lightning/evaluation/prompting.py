@@ -61,19 +61,24 @@ PROMPT_TASKS: dict[str, tuple[str, Callable[[dict], PromptExample]]] = {
                                                                  int(row["label"]))),
     "cloze_spans": ("cloze_spans", lambda row: PromptExample(f"{row['context']}\nQ: {row['question']}\nA:",
                                                              target=row["answers"][0]["text"])),
+    "world_objects": ("world_objects", lambda row: PromptExample(row["text_a"], tuple(" " + o for o in row["objects"]),
+                                                                 int(row["answer"]))),
 }
-"""Offline task -> (its :func:`~plm_lightning.finetune.tasks.offline_task` name, row -> prompt example)."""
+"""Offline task -> (its :func:`~plm_lightning.finetune.tasks.offline_task` name, row -> prompt example);
+``world_objects`` (``offline:world_objects=<world spec>`` for another world) is LAMA's question asked as a prompt,
+the candidates every object of the fact's type."""
 
 
 def load_prompt_task(spec: str) -> dict[str, list[PromptExample]]:
     """Examples per split (``train`` for demonstrations, ``validation`` and ``test`` to evaluate) of ``offline:NAME``,
     ``choices:FILE.jsonl`` or ``generation:FILE.jsonl`` (a file is its own train and evaluation split)."""
     kind, _, name = spec.partition(":")
-    if kind == "offline" and name in PROMPT_TASKS:
+    base, eq, argument = name.partition("=")  # offline:world_objects=<world spec>
+    if kind == "offline" and base in PROMPT_TASKS:
         from plm_lightning.finetune.tasks import offline_task
 
-        task, convert = PROMPT_TASKS[name]
-        return {split: [convert(r) for r in rows] for split, rows in offline_task(task).items()}
+        task, convert = PROMPT_TASKS[base]
+        return {split: [convert(r) for r in rows] for split, rows in offline_task(task + eq + argument).items()}
     if kind == "choices" and name:
         from plm_lightning.finetune.formats import read_choices
 

@@ -78,7 +78,8 @@ class FinetuneDataModule(L.LightningDataModule):
         kinds = [n for n, (k, _) in OFFLINE_TASKS.items() if k == self.KIND]
         if hub:
             pass
-        elif (task.split(":", 1)[1] not in kinds) if offline else (task not in named_tasks and task != "custom"):
+        elif (task.split(":", 1)[1].partition("=")[0] not in kinds) if offline else \
+                (task not in named_tasks and task != "custom"):
             named = f", a named task ({', '.join(named_tasks)})" if named_tasks else ""
             raise ConfigError(f"data.task={task!r} is not offline:<{'|'.join(kinds)}>{named} or custom")
         if not offline and not hub and (train_file is None or validation_file is None):

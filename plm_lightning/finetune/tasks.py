@@ -12,6 +12,20 @@ train/validation/test splits (80/10/10 by a content hash of the paragraph or sen
   Answering by Cloze Translation");
 * ``next_sentence`` (multiple choice, as SWAG, Zellers et al. 2018): which of four sentences follows the context
   sentence (the others are sentences of other documents).
+
+One task is built from the synthetic knowledge world instead (``data.source: world``, :mod:`plm_lightning.knowledge.world`):
+
+* ``world_facts`` (sequence classification; ``offline:world_facts`` for the default world,
+  ``offline:world_facts=world:subjects=200,...`` for another): is a sentence of the world a true fact, stated with one
+  of the training templates, or the same sentence with the object replaced by another object of its type (half each)?
+  Split by subject, so no fact of a validation subject is seen in fine-tuning: only a model that read the world's
+  documents in pretraining can tell (random weights score about 0.5), which is what the fact checking of
+  knowledge-intensive benchmarks asks (FEVER's closed-book setting, Thorne et al. 2018; Petroni et al. 2021, KILT).
+* ``world_objects`` (sequence classification, one label per object of the world: 5 relations x ``objects``): closed-book
+  question answering as classification, the fact's prompt ("Senhal Zelzelul is a citizen of") labelled with its
+  object, split by subject as ``world_facts``: the relation's words tell the object's type (random weights learn that
+  much: about 1 / ``objects``), only pretraining on the world tells which one (LAMA's question asked through a
+  fine-tuned head, as closed-book QA fine-tunes, Roberts et al. 2020).
 """
 
 from __future__ import annotations
@@ -186,22 +200,71 @@ def _next_sentence() -> Splits:
     return splits
 
 
-OFFLINE_TASKS: dict[str, tuple[str, Callable[[], Splits]]] = {
+def _world_facts(spec: str = "") -> Splits:
+    from plm_lightning.knowledge.world import world_from_spec
+
+    world = world_from_spec(spec or "world")
+    rng = np.random.default_rng(world.config.seed)
+    splits: Splits = {"train": [], "validation": [], "test": []}
+    for fact in world.facts:
+        if fact.alias_only:  # stated only under an alias: its subject's name never met its object in pretraining
+            continue
+        relation = world.relations[fact.relation]
+        others = [o for o in world.objects[relation.object_type] if o != fact.object]
+        split = split_of(fact.subject)
+        for label, obj in ((1, fact.object), (0, others[int(rng.integers(len(others)))])):
+            template = relation.templates[int(rng.integers(len(relation.templates)))]
+            splits[split].append({"text_a": template.format(s=fact.subject, o=obj), "label": label})
+    return splits
+
+
+def _world_objects(spec: str = "") -> Splits:
+    from plm_lightning.knowledge.world import prompt_of, world_from_spec
+
+    world = world_from_spec(spec or "world")
+    labels = {o: i for i, o in enumerate(o for kind in sorted(world.objects) for o in world.objects[kind])}
+    splits: Splits = {"train": [], "validation": [], "test": []}
+    for fact in world.facts:
+        if not fact.alias_only:
+            relation = world.relations[fact.relation]
+            objects = world.objects[relation.object_type]
+            splits[split_of(fact.subject)].append({  # the type's objects: the candidates of the task prompted
+                "text_a": prompt_of(relation.templates[0]).format(fact.subject), "label": labels[fact.object],
+                "objects": list(objects), "answer": objects.index(fact.object)})
+    return splits
+
+
+def world_labels(spec: str = "") -> int:
+    """How many labels ``world_objects`` of the world ``spec`` has (every object of every type)."""
+    from plm_lightning.knowledge.world import world_from_spec
+
+    return sum(len(v) for v in world_from_spec(spec or "world").objects.values())
+
+
+OFFLINE_TASKS: dict[str, tuple[str, Callable[..., Splits]]] = {
     "code_or_prose": ("classification", _code_or_prose), "continuation": ("classification", _continuation),
     "markup_spans": ("tagging", _markup_spans), "cloze_spans": ("qa", _cloze_spans),
-    "next_sentence": ("choice", _next_sentence),
+    "next_sentence": ("choice", _next_sentence), "world_facts": ("classification", _world_facts),
+    "world_objects": ("classification", _world_objects),
 }
 """Offline task name -> (kind of head it trains, builder)."""
+WITH_ARGUMENT = ("world_facts", "world_objects")
+"""Tasks that take an argument after ``=`` (``world_facts=<world spec>``)."""
 
 
 @lru_cache(maxsize=8)
 def _build(name: str) -> Splits:
-    return OFFLINE_TASKS[name][1]()
+    base, _, argument = name.partition("=")
+    return OFFLINE_TASKS[base][1](argument) if base in WITH_ARGUMENT else OFFLINE_TASKS[base][1]()
 
 
 def offline_task(name: str, kind: str | None = None) -> Splits:
     """Examples per split of an offline task (see the module docstring), ``kind`` checked when given."""
     names = [n for n, (k, _) in OFFLINE_TASKS.items() if kind in (None, k)]
-    if name not in names:
+    base, eq, argument = name.partition("=")
+    if base not in names:
         raise ConfigError(f"data.task=offline:{name} is not one of {', '.join('offline:' + n for n in names)}")
+    if eq and base not in WITH_ARGUMENT:
+        raise ConfigError(f"data.task=offline:{name}: offline:{base} takes no '=...' argument (only "
+                          f"{', '.join('offline:' + n for n in WITH_ARGUMENT)} do)")
     return {split: list(rows) for split, rows in _build(name).items()}
