@@ -1,5 +1,6 @@
-"""The objective arena: one-line errors for bad settings, claims judged from results (reproduces / does not / not
-measured), the report files, FLOPs-matched runs from the CLI, and a re-run that continues instead of retraining."""
+"""The objective arena: one-line errors for bad settings, the sanity gate (a claim judged only where its recipes beat
+random weights), claims judged at every budget from results, the report rebuilt from results.csv alone,
+FLOPs-matched runs from the CLI through submitit's executors, and a killed arena that trains only what is missing."""
 
 import json
 import struct
@@ -49,24 +50,30 @@ def test_recipe_variants_are_points_of_one_recipe() -> None:
             ArenaConfig(**{**TINY, "recipes": (bad,)})
 
 
+OBJECTIVES = {"t5": "Seq2SeqLM", "bart": "Seq2SeqLM", "continuum": "CausalLM", "gpt2": "CausalLM"}
+
+
 def _result(recipe: str, scores: dict[str, float], target: float | None = None, seed: int = 0,
-            random_init: dict[str, float] | None = None, parameters: int = 0) -> RunResult:
-    return RunResult(recipe, 1e12, seed, steps=10, flops=1e12, flops_per_step=1e11, downstream=scores,
+            random_init: dict[str, float] | None = None, parameters: int = 0, budget: float = 1e12) -> RunResult:
+    objective = OBJECTIVES.get(recipe.split("[")[0], "MaskedLM")
+    return RunResult(recipe, budget, seed, objective, steps=10, flops=budget, flops_per_step=1e11, downstream=scores,
                      val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5, parameters=parameters,
                      statistics={"target_length_mean": target} if target else {}, random_init=random_init or {})
 
 
-def _seeds(recipe: str, means: dict[str, float], spread: float = 0.01, **kwargs) -> list[RunResult]:
-    """Three seeds of ``recipe`` whose scores are ``means`` -spread, 0, +spread (a standard deviation of
-    ``spread``)."""
-    return [_result(recipe, {t: m + d for t, m in means.items()}, seed=i, **kwargs)
+def _seeds(recipe: str, means: dict[str, float], spread: float = 0.01, random_init: dict[str, float] | None = None,
+           **kwargs) -> list[RunResult]:
+    """Three seeds of ``recipe`` whose scores (and random-init scores) are ``means`` -spread, 0, +spread (a standard
+    deviation of ``spread``)."""
+    return [_result(recipe, {t: m + d for t, m in means.items()}, seed=i,
+                    random_init={t: m + d for t, m in (random_init or {}).items()}, **kwargs)
             for i, d in enumerate((-spread, 0.0, spread))]
 
 
 def test_estimates_and_the_two_standard_error_rule() -> None:
     """Welch's standard error of a difference: a clear win reproduces, the reverse does not, a tie within noise is
     inconclusive, and one seed (no error bar) is never more than inconclusive."""
-    from plm_lightning.arena.report import Estimate, judge
+    from plm_lightning.arena.signal import Estimate, judge
 
     a, b = Estimate.of([0.80, 0.81, 0.82]), Estimate.of([0.70, 0.71, 0.72])
     assert (a.mean, round(a.std, 6), a.n) == (0.81, 0.01, 3)
@@ -120,10 +127,12 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
 def test_the_bidirectionality_claim_reads_the_continuum_variants() -> None:
     uni, bi = "continuum[data.bidirectional_fraction=0]", "continuum[data.bidirectional_fraction=1;data.prediction=masked]"
     config = ArenaConfig(recipes=(uni, "continuum", bi), budgets=(1e12,),
-                         downstream=("code-or-prose", "prompt-next-sentence"), configs_dir=CONFIGS, seeds=3)
+                         downstream=("code-or-prose", "prompt-next-sentence"), configs_dir=CONFIGS, seeds=3,
+                         random_init=(uni,))
+    scratch = {"code-or-prose": 0.50, "prompt-next-sentence": 0.10}  # the decoder family's random weights
 
     def claim(scores: dict[str, dict[str, float]]):  # noqa: ANN202
-        results = [r for name in scores for r in _seeds(name, scores[name])]
+        results = [r for name in scores for r in _seeds(name, scores[name], random_init=scratch if name == uni else None)]
         return next(c for c in check_claims(results, config) if c.statement.startswith("Fine-tuning"))
 
     found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.40},
@@ -138,8 +147,12 @@ def test_the_bidirectionality_claim_reads_the_continuum_variants() -> None:
                    bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.25}})
     assert found.verdict == "inconclusive at this scale"
     assert claim({uni: {"code-or-prose": 0.7}, bi: {"code-or-prose": 0.8}}).verdict == "not measured"
+    found = claim({uni: {"code-or-prose": 0.70, "prompt-next-sentence": 0.11},  # prompting at random weights' level
+                   bi: {"code-or-prose": 0.80, "prompt-next-sentence": 0.10}})
+    assert found.verdict == "not judged: below the floor" and "prompted: no task where both variants beat random" \
+        in found.evidence and "prompt-next-sentence below the floor" in found.evidence
     spans = ArenaConfig(**{**config.__dict__, "downstream": ("cloze-spans", *config.downstream)})
-    results = [*_seeds(uni, {"code-or-prose": 0.70, "prompt-next-sentence": 0.40}),
+    results = [*_seeds(uni, {"code-or-prose": 0.70, "prompt-next-sentence": 0.40}, random_init=scratch),
                *_seeds(bi, {"cloze-spans": 0.30, "code-or-prose": 0.80, "prompt-next-sentence": 0.25})]
     for run in results[:3]:
         run.downstream["cloze-spans"] = None  # extractive QA refuses the causal end: compared on what both took
@@ -209,7 +222,7 @@ def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, 
     monkeypatch.setattr(runner.Arena, "_fit", fake_fit)
     args = ["arena", "--recipes", "bert,electra", "--budget-flops", "2e9", "--downstream", "cloze-spans",
             "--seeds", "2", "--random-init", "bert", "--dir", str(tmp_path / "a"), "--page", str(tmp_path / "page.md"),
-            "--configs-dir", CONFIGS]
+            "--configs-dir", CONFIGS, "--executor", "debug"]  # in this process: fit is the recorder
     report = cli_output(args, capsys)
     names = sorted(p.name for p in (tmp_path / "a" / "results").glob("*.json"))
     assert names == ["bert@2e+09.json", "bert@2e+09~s1.json", "electra@2e+09.json", "electra@2e+09~s1.json"]
@@ -225,6 +238,9 @@ def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, 
     cli_output(args, capsys)
     assert fits == []  # every seed's result was saved: nothing is trained again
     (tmp_path / "a" / "results" / "electra@2e+09~s1.json").unlink()
+    table = tmp_path / "a" / "results.csv"  # --report-only reads this file alone: one run less in it, one less reported
+    lines = table.read_text().splitlines(keepends=True)
+    table.write_text("".join(line for line in lines if not line.startswith("electra,1,")))
     partial = cli_output([*args[:args.index("--seeds")], "--seeds", "3", *args[args.index("--seeds") + 2:],
                           "--report-only"], capsys)
     assert fits == [] and "| electra | 2e+09 | 1 |" in partial and "| bert | 2e+09 | 2 |" in partial
@@ -239,3 +255,209 @@ def test_cli_seeds_run_seed_by_seed_with_their_own_seeds_and_continue(tmp_path, 
                      ("cloze-spans.yaml", False), ("code-or-prose.yaml", False)]
     saved = json.loads((tmp_path / "a" / "results" / "bert@2e+09~s1.json").read_text())
     assert set(saved["downstream"]) == {"cloze-spans", "code-or-prose"}
+
+
+def test_the_gate_blocks_a_verdict_below_the_floor_and_lets_one_through() -> None:
+    """At the small budget BERT scores what random weights score and ELECTRA less: without the gate that reads "does
+    not reproduce"; with it, "not judged: below the floor" with the numbers. At the large budget both beat random
+    weights on cloze-spans (ELECTRA through BERT's baseline, its family's), code-or-prose sits at one floor for every
+    run and next-sentence is passed by ELECTRA alone: the claim is judged on cloze-spans only, and reproduces."""
+    from plm_lightning.arena.signal import Estimate, judge
+
+    config = ArenaConfig(recipes=("bert", "electra"), budgets=(1e12, 8e12), configs_dir=CONFIGS, seeds=3,
+                         downstream=("code-or-prose", "cloze-spans", "next-sentence"), random_init=("bert",))
+    floor = {"code-or-prose": 0.4743}
+    scratch = {"cloze-spans": 0.10, "next-sentence": 0.25}
+    results = [
+        *_seeds("bert", {**floor, "cloze-spans": 0.10, "next-sentence": 0.25}, random_init={**floor, **scratch}),
+        *_seeds("electra", {**floor, "cloze-spans": 0.05, "next-sentence": 0.24}),
+        *_seeds("bert", {**floor, "cloze-spans": 0.20, "next-sentence": 0.255}, budget=8e12),
+        *_seeds("electra", {**floor, "cloze-spans": 0.25, "next-sentence": 0.30}, budget=8e12)]
+    for run in results:  # code-or-prose: every seed at the majority-class score, no spread
+        run.downstream["code-or-prose"] = 0.4743
+        if run.random_init:
+            run.random_init["code-or-prose"] = 0.4743
+    small = [r for r in results if r.budget == 1e12]
+    raw = judge(*(Estimate.of([r.downstream["cloze-spans"] for r in small if r.recipe == n]) for n in ("electra", "bert")))
+    assert raw[0] == "does not reproduce"  # what the page said before the gate
+    claims = {c.statement.split()[0]: c for c in check_claims(results, config)}
+    rtd = claims["Replaced"]
+    assert rtd.verdict == "reproduces" and "(cloze-spans; 8e+12 FLOPs each)" in rtd.evidence
+    assert "code-or-prose uninformative (every run scored 0.4743)" in rtd.evidence
+    assert "next-sentence below the floor (electra 0.3000 vs random weights (bert's) 0.2500: +0.0500" in rtd.evidence
+    assert "bert 0.2550 vs random weights 0.2500: +0.0050 ± 0.0163" in rtd.evidence
+    assert rtd.by_budget.startswith("1e+12: not judged: below the floor; 8e+12: +0.0500 ± 0.0163, reproduces")
+    at_small = check_claims(small, ArenaConfig(**{**config.__dict__, "budgets": (1e12,)}))
+    assert at_small[0].verdict == "not judged: below the floor" and "bert 0.1000 vs random weights 0.1000: " \
+        "+0.0000 ± 0.0163" in at_small[0].evidence
+    assert claims["Pretraining"].verdict == "reproduces" and "encoder: bert on cloze-spans +0.1000 ± 0.0163" in \
+        claims["Pretraining"].evidence
+    assert claims["Pretraining"].by_budget.startswith("1e+12: +0.0000 ± 0.0163, inconclusive at this scale")
+
+
+def test_one_seed_or_a_zero_spread_never_passes_the_gate() -> None:
+    from plm_lightning.arena.signal import Signal, signal
+
+    one = Signal("bert", "lama", 1e12, "bert", *(Estimate_of([v]) for v in (0.9, 0.0)))
+    flat = Signal("bert", "lama", 1e12, "bert", *(Estimate_of([v] * 3) for v in (0.3, 0.0)))
+    assert not one.passed and one.short() == "+0.9000 ± one seed" and not flat.passed
+    results = _seeds("bert", {"lama": 0.3})
+    found = signal(results, ("bert",), "bert", "lama", 1e12)
+    assert found.baseline is None and not found.passed and found.short() == "no random-init baseline"
+
+
+def Estimate_of(values: list[float]):  # noqa: ANN201, N802
+    from plm_lightning.arena.signal import Estimate
+
+    return Estimate.of(values)
+
+
+def test_the_pretraining_claim_needs_every_family() -> None:
+    config = ArenaConfig(recipes=("bert", "continuum[data.bidirectional_fraction=0]"), budgets=(1e12,),
+                         downstream=("code-or-prose",), configs_dir=CONFIGS, seeds=3,
+                         random_init=("bert", "continuum[data.bidirectional_fraction=0]"))
+    decoder = "continuum[data.bidirectional_fraction=0]"
+
+    def verdict(decoder_score: float) -> str:
+        results = [*_seeds("bert", {"code-or-prose": 0.8}, random_init={"code-or-prose": 0.6}),
+                   *_seeds(decoder, {"code-or-prose": decoder_score}, random_init={"code-or-prose": 0.6})]
+        claim = next(c for c in check_claims(results, config) if c.statement.startswith("Pretraining"))
+        return claim.verdict + " | " + claim.evidence
+
+    assert verdict(0.7).startswith("reproduces") and "decoder: continuum[data.bidirectional_fraction=0] on " \
+        "code-or-prose +0.1000" in verdict(0.7)
+    assert verdict(0.61).startswith("inconclusive at this scale") and "(below two standard errors)" in verdict(0.61)
+    assert verdict(0.5).startswith("does not reproduce")
+
+
+def test_the_report_is_rebuilt_from_results_csv_alone(tmp_path) -> None:
+    from plm_lightning.arena import read_results
+    from plm_lightning.arena.report import signal_rows
+
+    config = ArenaConfig(recipes=("bert", "electra", "t5", "bart"), budgets=(1e12, 4e12), configs_dir=CONFIGS,
+                         downstream=("code-or-prose", "cloze-spans", "prompt-next-sentence"), seeds=3,
+                         random_init=("bert", "t5"))
+    results = [*_seeds("bert", {"code-or-prose": 0.80, "cloze-spans": 0.40}, parameters=1000,
+                       random_init={"code-or-prose": 0.60, "cloze-spans": 0.20}),
+               *_seeds("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}, budget=4e12),
+               *_seeds("t5", {"code-or-prose": 0.70, "prompt-next-sentence": 0.3}, target=29.0,
+                       random_init={"code-or-prose": 0.5, "prompt-next-sentence": 0.25}),
+               _result("bart", {"code-or-prose": 0.7}, target=100.0)]
+    results[0].errors["prompt-next-sentence"] = "a one-line reason; with a semicolon"
+    for i, run in enumerate(results):
+        run.started, run.finished, run.seconds, run.job = 1e9 + 100 * i, 1e9 + 100 * i + 150, 150.0, f"local:{i}"
+    files = write_report(results, config, tmp_path)
+    again = read_results(files["csv"], config)
+    assert [(r.recipe, r.budget, r.seed, r.downstream, r.random_init, r.errors, r.val_curve, r.statistics, r.job)
+            for r in again] == [(r.recipe, r.budget, r.seed, r.downstream, r.random_init, r.errors,
+                                 [tuple(p) for p in r.val_curve], r.statistics, r.job) for r in results]
+    assert check_claims(again, config) == check_claims(results, config)
+    assert signal_rows(again, config) == signal_rows(results, config)
+    report = files["report"].read_text()
+    assert "at most 2 runs at once" in report and "| code-or-prose | encoder | bert | 0.6000 ± 0.0100 (n=3) |" in report
+    assert "| code-or-prose | encoder-decoder | t5 |" in report
+    with pytest.raises(ConfigError, match="no .*results.csv"):
+        read_results(tmp_path / "nope" / "results.csv", config)
+
+
+def test_tasks_are_matched_to_each_recipe_before_anything_trains(tmp_path) -> None:
+    from plm_lightning.arena.report import skipped_lines
+
+    with pytest.raises(ConfigError, match="prompt-next-sentence fits none of --recipes bert, electra "
+                                          r"\(prompting scores continuations"):
+        ArenaConfig(**{**TINY, "recipes": ("bert", "electra"), "downstream": ("prompt-next-sentence",)})
+    uni, prefix = "continuum[data.bidirectional_fraction=0]", "continuum"
+    config = ArenaConfig(**{**TINY, "recipes": ("bert", "t5", uni, prefix, "xlnet"),
+                            "downstream": ("cloze-spans", "prompt-next-sentence", "next-sentence", "code-or-prose")})
+    assert config.tasks_for("bert") == ("cloze-spans", "next-sentence", "code-or-prose")
+    assert config.tasks_for("t5") == ("prompt-next-sentence", "code-or-prose")
+    assert config.tasks_for(uni) == ("prompt-next-sentence", "next-sentence", "code-or-prose")
+    assert config.tasks_for(prefix)[0] == "cloze-spans"  # its bidirectional prefix reads the whole context
+    masked = "continuum[data.bidirectional_fraction=1;data.prediction=masked]"
+    assert "prompt-next-sentence" not in ArenaConfig(**{**TINY, "recipes": (masked, "t5")}).tasks_for(masked)
+    assert config.reader("xlnet").family == "encoder" and config.reader("t5").family == "encoder-decoder"
+    lines = skipped_lines(config)
+    assert lines[0] == (f"- cloze-spans: not applicable to t5, {uni} (extractive QA reads the whole context at every "
+                        "position: a bidirectional reader (an encoder))")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--executor", "pbs"], "--executor 'pbs' is not one of local, slurm, debug"),
+    (["--max-parallel", "0"], "--max-parallel=0 must be >= 1"),
+    (["--executor-option", "partition"], "--executor-option 'partition' is not name=value"),
+    (["--executor-option", "no_such_parameter=1"], "--executor-option: "),
+    (["--budget-flops", "1e12,lots"], "--budget-flops '1e12,lots' must be numbers"),
+    (["--downstream", "prompt-next-sentence"], "prompt-next-sentence fits none of --recipes bert"),
+    (["--finetune-lr", "0"], "--finetune-lr=0.0 must be a positive learning rate"),
+])
+def test_bad_arena_options_are_one_line_before_anything_trains(args: list[str], words: str, tmp_path, capsys) -> None:
+    from tests.conftest import cli_error
+
+    line = cli_error(["arena", "--recipes", "bert", "--dir", str(tmp_path / "a"), "--configs-dir", CONFIGS, *args],
+                     capsys)
+    assert words in line
+    assert not (tmp_path / "a" / "runs").exists()  # nothing trained
+
+
+def test_random_weights_checkpoint_keeps_everything_but_the_weights(tmp_path) -> None:
+    import torch
+
+    from plm_lightning.arena.runner import random_weights_checkpoint
+    from plm_lightning.objectives.loading import load_pretrained
+    from tests.conftest import tiny_pretrained
+
+    source = tmp_path / "gpt2.ckpt"
+    tiny_pretrained(source, "gpt2")
+    trained = torch.load(source, weights_only=True)
+    for value in trained["state_dict"].values():  # "pretrained": every weight moved off its initialisation
+        value.add_(0.5)
+    torch.save(trained, source)
+    first = random_weights_checkpoint(source, tmp_path / "a.ckpt", seed=3)
+    second = random_weights_checkpoint(source, tmp_path / "b.ckpt", seed=3)
+    a, b = (torch.load(p, weights_only=True) for p in (first, second))
+    assert a["hyper_parameters"] == trained["hyper_parameters"] and set(a) == set(trained)
+    weights = [k for k, v in trained["state_dict"].items() if v.dtype.is_floating_point]
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in weights)  # seeded
+    assert not any(torch.equal(a["state_dict"][k], trained["state_dict"][k]) for k in weights)
+    module, tokenizer = load_pretrained(first)
+    assert type(module).__name__ == "CausalLM" and tokenizer.vocab_size > 0
+    assert random_weights_checkpoint(source, first, seed=4) == first  # written once
+
+
+@pytest.mark.slow
+def test_a_killed_arena_runs_only_what_is_missing(tmp_path) -> None:
+    """``--executor local --max-parallel 2`` from the CLI: killed (the driver and its jobs, SIGKILL) once the first run
+    has saved its result, then run again: the finished runs are not retrained (their files untouched, "done
+    earlier"), the missing ones train, and the report covers all of them, with the runs that overlapped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["arena", "--recipes", "gpt2", "--budget-flops", "3e8", "--seeds", "3", "--dir", str(tmp_path / "a"),
+            "--downstream", "lama", "--data", WORLD_SPEC, "--evaluations", "1", "--val-batches", "1",
+            "--executor", "local", "--max-parallel", "2", "--configs-dir", CONFIGS,
+            *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "configs_dir"]]
+    results = tmp_path / "a" / "results"
+    driver = subprocess.Popen([sys.executable, "-m", "plm_lightning", *args], cwd=tmp_path, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and not list(results.glob("*.json")):
+        time.sleep(0.5)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in results.glob("*.json")}
+    assert 1 <= len(finished) < 3, finished
+    res = run_cli(args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    now = {p.name: p.stat().st_mtime_ns for p in results.glob("*.json")}
+    assert set(now) == {"gpt2@3e+08.json", "gpt2@3e+08~s1.json", "gpt2@3e+08~s2.json"}
+    assert all(now[name] == mtime for name, mtime in finished.items())  # not retrained
+    for name in finished:
+        assert f"{name.removesuffix('.json')}: done earlier" in res.stderr
+    submitted = [line for line in res.stderr.splitlines() if ": submitted (local job" in line]
+    assert len(submitted) == 3 - len(finished)
+    saved = [json.loads(p.read_text()) for p in results.glob("*.json")]
+    assert all(s["job"].startswith("local:") and s["finished"] > s["started"] > 0 for s in saved)
+    assert "| gpt2 | 3e+08 | 3 |" in res.stdout and "at most 2 runs at once" in res.stdout

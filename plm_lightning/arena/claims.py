@@ -26,6 +26,7 @@ from plm_lightning.arena.signal import (
     runs_of,
     signal,
     two_standard_errors,
+    uninformative,
 )
 
 TOLERANCE = 0.01
@@ -75,10 +76,13 @@ def _compare_at(results: list[RunResult], config: ArenaConfig, budget: float, be
                 tasks: tuple[str, ...], margin: float = 0.0) -> Point:
     """``better`` scores above ``baseline`` (at least ``-margin`` above, for "does not hurt" claims), on the tasks
     that pass both recipes' gates."""
-    if not runs_of(results, better, budget) or not runs_of(results, baseline, budget) or not tasks:
+    if not tasks:
+        return Point(budget, "not measured", "needs a task that suits the claim in --downstream (fine-tuned tasks; "
+                                             f"span-selection ones, {' or '.join(SPAN_TASKS)}, for span masking)")
+    if not runs_of(results, better, budget) or not runs_of(results, baseline, budget):
         missing = [n for n in (better, baseline) if not runs_of(results, n, budget)]
-        return Point(budget, "not measured", f"needs {' and '.join(missing) or 'a task'} in --recipes with "
-                                             f"{', '.join(tasks) or 'a suitable task'} scored")
+        return Point(budget, "not measured", f"needs {' and '.join(missing)} in --recipes with {', '.join(tasks)} "
+                                             "scored")
     judged, notes = gated_tasks(results, config.random_init, (better, baseline), tasks, budget)
     left_out = f"; left out: {'; '.join(notes)}" if notes else ""
     if not judged:
@@ -113,8 +117,8 @@ def check_claims(results: list[RunResult], config: ArenaConfig) -> list[Claim]:
                  "He et al. 2023, sec. 5.1"),
         _compare(results, config, *_without_nsp(config), finetuned, "Removing NSP does not hurt downstream scores",
                  "Liu et al. 2019, sec. 4.2, Table 2", margin=TOLERANCE),
-        _compare(results, config, "spanbert", "bert", span_tasks or ("cloze-spans",),
-                 "Span masking helps span-selection tasks", "Joshi et al. 2020, sec. 5"),
+        _compare(results, config, "spanbert", "bert", span_tasks, "Span masking helps span-selection tasks",
+                 "Joshi et al. 2020, sec. 5"),
         _target_lengths(results, max(config.budgets)),
         _pretraining_helps(results, config),
         _albert_sharing(results, config, finetuned),
@@ -155,11 +159,14 @@ def _pretraining_at(results: list[RunResult], config: ArenaConfig, budget: float
     for recipe in config.random_init:
         if runs_of(results, recipe, budget):
             for task in config.downstream:
+                if uninformative(results, task, budget) is not None:  # every run at one floor
+                    continue
                 found = signal(results, config.random_init, recipe, task, budget)
                 if found.baseline == recipe and found.difference is not None:
                     by_family.setdefault(family(results, recipe) or "?", []).append(found)
     if not by_family:
-        return Point(budget, "not measured", "needs --random-init RECIPE with its tasks scored from random weights")
+        return Point(budget, "not measured", "needs --random-init RECIPE with an informative task scored from random "
+                                             "weights")
     parts, passed, reversed_ = [], [], []
     for name, signals in by_family.items():
         best = max(signals, key=lambda s: s.difference - (s.bound or 0.0))
@@ -168,7 +175,7 @@ def _pretraining_at(results: list[RunResult], config: ArenaConfig, budget: float
         parts.append(f"{name}: {best.recipe} on {best.task} {best.short()}"
                      f"{'' if best.passed else ' (below two standard errors)'}")
     verdict = "reproduces" if all(passed) else "does not reproduce" if any(reversed_) else INCONCLUSIVE
-    best = max((s for signals in by_family.values() for s in signals), key=lambda s: s.difference)
+    best = max((s for signals in by_family.values() for s in signals), key=lambda s: s.difference - (s.bound or 0.0))
     return Point(budget, verdict, f"pretrained minus random weights, the best task per family: {'; '.join(parts)} "
                                   f"({budget:.3g} FLOPs; every task in the signal table)", best.difference, best.bound)
 
@@ -210,6 +217,8 @@ def _bidirectionality_at(results: list[RunResult], config: ArenaConfig, budget: 
     finetuned, prompted = (tuple(t for t in ts if all(r.downstream.get(t) is not None for r in results
                                                       if r.recipe in (uni, bi) and r.budget == budget))
                            for ts in (finetuned, prompted))
+    if not finetuned or not prompted:
+        return Point(budget, "not measured", "both variants need scores on a fine-tuned and a prompted task")
     sides = []
     for name, ts, first, second in (("fine-tuned", finetuned, bi, uni), ("prompted", prompted, uni, bi)):
         judged, notes = gated_tasks(results, config.random_init, (first, second), ts, budget)

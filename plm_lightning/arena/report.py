@@ -23,8 +23,12 @@ _FIXED = ["recipe", "seed", "objective", "budget_flops", "steps", "flops", "flop
 _AFTER = ["target_length_mean", "seconds_per_step", "seconds", "started", "finished", "job", "val_curve", "errors"]
 
 
-def _cell(value: float | None, digits: int = 6) -> str:
-    return "" if value is None else f"{value:.{digits}g}"
+def _cell(value: float | None, digits: int | None = 6) -> str:
+    """A number of the table: ``digits`` significant digits, or (None) exactly, so that a report rebuilt from the
+    file judges the same numbers."""
+    if value is None:
+        return ""
+    return repr(float(value)) if digits is None else f"{value:.{digits}g}"
 
 
 def _header(config: ArenaConfig) -> list[str]:
@@ -35,10 +39,10 @@ def write_results_csv(results: list[RunResult], config: ArenaConfig, path: Path)
     """Every run, one row each (atomically: the arena rewrites it as each run finishes)."""
     tasks = list(config.downstream)
     rows = [[r.recipe, r.seed, r.objective, _cell(r.budget), r.steps, _cell(r.flops), _cell(r.flops_per_step),
-             r.parameters, _cell(r.val_loss), *(_cell(r.downstream.get(t)) for t in tasks),
-             *(_cell(r.random_init.get(t)) for t in tasks), _cell(r.statistics.get("target_length_mean")),
-             _cell(r.seconds_per_step), _cell(r.seconds, 8), _cell(r.started, 13), _cell(r.finished, 13), r.job,
-             "|".join(f"{_cell(f)}:{_cell(v)}" for f, v in r.val_curve),
+             r.parameters, _cell(r.val_loss, None), *(_cell(r.downstream.get(t), None) for t in tasks),
+             *(_cell(r.random_init.get(t), None) for t in tasks), _cell(r.statistics.get("target_length_mean"), None),
+             _cell(r.seconds_per_step, None), _cell(r.seconds, None), _cell(r.started, None), _cell(r.finished, None),
+             r.job, "|".join(f"{_cell(f, None)}:{_cell(v, None)}" for f, v in r.val_curve),
              json.dumps(r.errors) if r.errors else ""] for r in results]
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
