@@ -199,3 +199,44 @@ def test_datasets_copies_load_by_name_with_label_names(tmp_path, monkeypatch):
         ClassificationDataModule(task=f"hf:{tmp_path / 'sst2'}", text_columns=["text"]).setup("fit")
     with pytest.raises(ConfigError, match="data.task=hf:no_such_dataset_here_xyz: cannot load it"):
         ClassificationDataModule(task="hf:no_such_dataset_here_xyz").setup("fit")
+
+
+def test_world_facts_are_balanced_split_by_subject_and_false_only_in_their_object():
+    from plm_lightning.knowledge.world import world_from_spec
+
+    spec = "world:seed=0,subjects=24"
+    world = world_from_spec(spec)
+    splits = offline_task(f"world_facts={spec}", "classification")
+    subjects = {split: {s for r in rows for s in world.subjects if r["text_a"].startswith(s) or f" {s} " in
+                        f" {r['text_a']} "} for split, rows in splits.items()}
+    assert not subjects["train"] & subjects["validation"] and not subjects["train"] & subjects["test"]
+    rows = [r for split in splits.values() for r in split]
+    assert sum(r["label"] for r in rows) * 2 == len(rows)  # half true, half false
+    true = {f"{f.subject}|{f.object}" for f in world.facts if not f.alias_only}
+    objects = {o for pool in world.objects.values() for o in pool}
+    for row in rows:
+        obj = row["text_a"].rstrip(".").split()[-1]
+        subject = next(s for s in world.subjects if s in row["text_a"])
+        assert obj in objects and (f"{subject}|{obj}" in true) == bool(row["label"])
+    assert offline_task(f"world_facts={spec}") == splits  # seeded: the same examples every time
+    with pytest.raises(ConfigError, match="offline:code_or_prose takes no '=...' argument"):
+        offline_task("code_or_prose=world")
+
+
+def test_world_objects_label_each_fact_prompt_with_its_object():
+    from plm_lightning.evaluation.prompting import load_prompt_task
+    from plm_lightning.finetune.tasks import world_labels
+    from plm_lightning.knowledge.world import world_from_spec
+
+    spec = "world:seed=0,subjects=24"
+    world = world_from_spec(spec)
+    splits = offline_task(f"world_objects={spec}", "classification")
+    facts = {(f.subject, f.relation): f.object for f in world.facts if not f.alias_only}
+    assert sum(len(rows) for rows in splits.values()) == len(facts) and world_labels(spec) == 60
+    names = [o for kind in sorted(world.objects) for o in world.objects[kind]]
+    prompts = load_prompt_task(f"offline:world_objects={spec}")
+    for row, example in zip(splits["validation"], prompts["validation"]):
+        assert not row["text_a"].endswith(names[row["label"]]) and 0 <= row["label"] < 60
+        assert example.prompt == row["text_a"] and example.candidates[example.label] == " " + names[row["label"]]
+        assert len(example.candidates) == len(world.objects[next(k for k, v in world.objects.items()
+                                                                 if names[row["label"]] in v)])
