@@ -21,16 +21,22 @@ def label(recipe: str) -> str:
     return f"{name}[{short}]" if settings else name
 
 
-def _log_axis(ax) -> None:  # noqa: ANN001
+def _log_axis(ax, budgets: tuple[float, ...]) -> None:  # noqa: ANN001
+    """A log FLOPs axis ticked at the budgets (a span of 8x has no power of ten inside)."""
     import matplotlib.ticker as ticker
 
     ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.set_xticks(sorted(budgets), [f"{b:.2g}" for b in sorted(budgets)])
+    if len(budgets) > 1:
+        low, high = min(budgets), max(budgets)
+        ax.set_xlim(low / (high / low) ** 0.08, high * (high / low) ** 0.08)
 
 
 def plots(results: list[RunResult], config: ArenaConfig, out: Path) -> None:
     plt = pyplot()
-    colours = {recipe: plt.cm.tab20(i % 20) for i, recipe in enumerate(config.recipes)}
+    # tab20's strong shades first, then their light pairs: neighbours in the legend stay apart
+    colours = {recipe: plt.cm.tab20((2 * i) % 20 + (2 * i) // 20 % 2) for i, recipe in enumerate(config.recipes)}
     _loss_plot(plt, results, config, colours, out / "loss_vs_flops.png")
     _downstream_plot(plt, results, config, colours, out / "downstream_vs_flops.png")
 
@@ -53,11 +59,11 @@ def _loss_plot(plt, results: list[RunResult], config: ArenaConfig, colours: dict
             n = min(len(c) for c in curves)
             ax.plot([curves[0][i][0] for i in range(n)], [statistics.fmean(c[i][1] for c in curves) for i in range(n)],
                     linestyle=":", linewidth=1, color=colours[recipe])
-    _log_axis(ax)
+    _log_axis(ax, config.budgets)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (each objective's own)")
-    ax.set_title("final validation loss per budget (mean ± sd over seeds); dotted: during the largest budget's run. "
-                 "Losses of different objectives are not comparable", fontsize=8)
+    ax.set_title("final validation loss per budget (mean ± sd over seeds); dotted: during the largest budget's run\n"
+                 "(each objective's own loss: not comparable across objectives)", fontsize=8)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
@@ -94,7 +100,12 @@ def _downstream_plot(plt, results: list[RunResult], config: ArenaConfig, colours
             spread = scratch.std or 0.0
             ax.axhspan(scratch.mean - spread, scratch.mean + spread, color=colours[recipe], alpha=0.15)
             handles.setdefault(name, ax.axhline(scratch.mean, linestyle="--", linewidth=1.2, color=colours[recipe]))
-        _log_axis(ax)
+        low, high = ax.get_ylim()
+        if high - low < 0.02:  # every score alike (a floor): a readable band around it
+            ax.set_ylim((low + high) / 2 - 0.05, (low + high) / 2 + 0.05)
+        if not ax.lines and not ax.collections:
+            ax.text(0.5, 0.5, "not scored", ha="center", va="center", transform=ax.transAxes, color="grey")
+        _log_axis(ax, config.budgets)
         ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel(f"validation {metric.removeprefix('val/')}")
         how = f"fine-tuned {config.finetune_steps} steps" if task in DOWNSTREAM else \
