@@ -461,3 +461,27 @@ def test_a_killed_arena_runs_only_what_is_missing(tmp_path) -> None:
     saved = [json.loads(p.read_text()) for p in results.glob("*.json")]
     assert all(s["job"].startswith("local:") and s["finished"] > s["started"] > 0 for s in saved)
     assert "| gpt2 | 3e+08 | 3 |" in res.stdout and "at most 2 runs at once" in res.stdout
+
+
+def test_executors_get_their_parameters(tmp_path, monkeypatch) -> None:
+    """Local jobs share this machine's cores; SLURM jobs take the cluster's (none asked unless --cpus-per-task) and
+    any submitit parameter by name; without srun, --executor slurm is a one-line error."""
+    import os
+
+    from plm_lightning.arena.executor import ExecutorSettings, make_executor
+
+    local = make_executor(ExecutorSettings("local", 2, 90), tmp_path / "jobs")
+    assert local.cluster == "local" and local._executor.parameters["timeout_min"] == 90
+    assert ExecutorSettings("local", 2).threads() == max(1, (os.cpu_count() or 1) // 2)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="--executor slurm: Could not detect \"srun\""):
+        make_executor(ExecutorSettings("slurm"), tmp_path / "jobs")
+    for tool in ("srun", "sbatch"):
+        (tmp_path / tool).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / tool).chmod(0o755)
+    slurm = make_executor(ExecutorSettings("slurm", 8, 60, options=(("slurm_partition", "dev"),)), tmp_path / "jobs")
+    parameters = slurm._executor.parameters
+    assert parameters["partition"] == "dev" and parameters["time"] == 60 and "cpus_per_task" not in parameters
+    assert ExecutorSettings("slurm").threads() == 0  # the job reads SLURM_CPUS_PER_TASK where it runs
+    asked = make_executor(ExecutorSettings("slurm", cpus_per_task=4), tmp_path / "jobs")._executor.parameters
+    assert asked["cpus_per_task"] == 4

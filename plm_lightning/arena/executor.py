@@ -46,11 +46,14 @@ class ExecutorSettings:
             raise ConfigError(f"arena: --timeout-min={self.timeout_min} must be >= 1")
 
     def threads(self) -> int:
-        """Threads each job's PyTorch may use: its CPUs, or this machine's shared among the local jobs."""
+        """Threads each job's PyTorch may use: its CPUs, this machine's shared among the local jobs, or (0) what the
+        cluster gives the job (``SLURM_CPUS_PER_TASK``, read where it runs)."""
         import os
 
         if self.cpus_per_task:
             return self.cpus_per_task
+        if self.kind == "slurm":
+            return 0
         return max(1, (os.cpu_count() or 1) // (self.max_parallel if self.kind == "local" else 1))
 
 
@@ -78,10 +81,15 @@ def make_executor(settings: ExecutorSettings, folder: Path) -> Any:
     """A submitit executor of ``settings.kind`` writing its job files (pickles, logs) under ``folder``."""
     import submitit
 
-    executor = submitit.AutoExecutor(folder=folder, cluster=settings.kind)
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=settings.kind)
+    except RuntimeError as err:  # no srun on this machine
+        raise ConfigError(f"arena: --executor {settings.kind}: {str(err).splitlines()[0]} (run the arena where "
+                          "sbatch and srun are, or use --executor local)") from err
     parameters: dict[str, Any] = {"timeout_min": settings.timeout_min, "name": "plm-arena"}
     if settings.kind != "debug":
-        parameters["cpus_per_task"] = settings.threads()
+        if settings.threads():
+            parameters["cpus_per_task"] = settings.threads()
         parameters["gpus_per_node"] = settings.gpus_per_node
     parameters.update({name: _value(value) for name, value in settings.options})
     try:

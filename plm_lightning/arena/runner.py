@@ -357,10 +357,12 @@ class Arena:
 def run_job(config: ArenaConfig, directory: str, recipe: str, budget: float, seed: int, threads: int,
             executor: str = "local") -> RunResult:
     """One arena run as a job (what the executor pickles and calls): pretraining and scoring with ``threads``
-    PyTorch threads here and in its ``fit`` processes, its log lines on this job's stderr."""
+    PyTorch threads here and in its ``fit`` processes (0: the job's SLURM CPUs), its log lines on this job's
+    stderr."""
     import torch
 
     if executor != "debug":  # the debug executor runs in the driver's process: its threads are the user's
+        threads = threads or int(os.environ.get("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1)
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
     job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or str(os.getpid())
