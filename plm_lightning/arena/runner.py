@@ -28,9 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, TextIO
-
-import lightning as L
+from typing import TextIO
 
 from plm_lightning.arena.config import (  # noqa: F401 - re-exported: the arena's names, importable here too
     DEFAULT_RECIPES,
@@ -45,45 +43,9 @@ from plm_lightning.arena.config import (  # noqa: F401 - re-exported: the arena'
     split_recipes,
 )
 from plm_lightning.arena.executor import Call, ExecutorSettings, run_calls
+from plm_lightning.arena.measure import measure_recipe
 from plm_lightning.callbacks.metrics_file import METRICS_FILE_ENV, read_metrics
 from plm_lightning.errors import ConfigError, last_line
-
-
-def measure_recipe(config: ArenaConfig, recipe: str, steps: int = 3) -> dict[str, Any]:
-    """FLOPs per training step (the mean over ``steps`` real training steps at the arena's shape, as the objective
-    counts them for the MFU callback), the objective, its parameter count and its corruption statistics."""
-    from plm_lightning.inspection import corruption_statistics
-    from plm_lightning.objectives.base import PretrainingModule
-    from plm_lightning.recipe_cli import build_recipe as build_datamodule
-
-    args = config.recipe_args(recipe)
-    datamodule, model = build_datamodule([args[1]], args[2:])
-    if not isinstance(model, PretrainingModule) or not hasattr(datamodule, "seq_len"):
-        raise ConfigError(f"arena: {recipe} is not a Transformer pretraining recipe (the arena compares objectives "
-                          "on one backbone size)")
-    probe = _FlopsProbe()
-    L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
-              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-              callbacks=[probe]).fit(model, datamodule=datamodule)
-    timed = sorted(probe.seconds[1:]) or probe.seconds
-    return {"objective": type(model).__name__, "flops_per_step": sum(probe.flops) / len(probe.flops),
-            "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": timed[len(timed) // 2],
-            "statistics": corruption_statistics(datamodule, model, 2)}
-
-
-class _FlopsProbe(L.Callback):
-    """Collects the objective's FLOPs of each training batch (what ``ThroughputMFU`` reads) and its time."""
-
-    def __init__(self) -> None:
-        self.flops: list[float] = []
-        self.seconds: list[float] = []
-
-    def on_train_batch_start(self, *args: Any) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        self.seconds.append(time.perf_counter() - self._start)
-        self.flops.append(float(pl_module.flops_per_batch))
 
 
 class Arena:
