@@ -19,6 +19,7 @@ from plm_lightning.arena.config import DOWNSTREAM, PROMPTS, ArenaConfig, RunResu
 from plm_lightning.arena.signal import (
     BELOW_FLOOR,
     INCONCLUSIVE,
+    Estimate,
     estimate,
     family,
     gated_tasks,
@@ -72,6 +73,16 @@ def _over_budgets(config: ArenaConfig, statement: str, source: str, point: Calla
     return Claim(statement, source, points[-1].verdict, points[-1].evidence, trend)
 
 
+def _gated_means(results: list[RunResult], config: ArenaConfig, budget: float, first: str, second: str,
+                 tasks: tuple[str, ...]) -> tuple[tuple[str, ...], list[str], Estimate | None, Estimate | None]:
+    """The tasks both recipes pass the gate on, a line for each task left out, and each recipe's mean over the
+    tasks kept (None for both when none is kept)."""
+    judged, notes = gated_tasks(results, config.random_init, (first, second), tasks, budget)
+    if not judged:
+        return judged, notes, None, None
+    return judged, notes, estimate(results, first, budget, judged), estimate(results, second, budget, judged)
+
+
 def _compare_at(results: list[RunResult], config: ArenaConfig, budget: float, better: str, baseline: str,
                 tasks: tuple[str, ...], margin: float = 0.0) -> Point:
     """``better`` scores above ``baseline`` (at least ``-margin`` above, for "does not hurt" claims), on the tasks
@@ -83,12 +94,11 @@ def _compare_at(results: list[RunResult], config: ArenaConfig, budget: float, be
         missing = [n for n in (better, baseline) if not runs_of(results, n, budget)]
         return Point(budget, "not measured", f"needs {' and '.join(missing)} in --recipes with {', '.join(tasks)} "
                                              "scored")
-    judged, notes = gated_tasks(results, config.random_init, (better, baseline), tasks, budget)
+    judged, notes, a, b = _gated_means(results, config, budget, better, baseline, tasks)
     left_out = f"; left out: {'; '.join(notes)}" if notes else ""
     if not judged:
         return Point(budget, BELOW_FLOOR, f"no task where both beat random weights: {'; '.join(notes)} "
                                           f"({budget:.3g} FLOPs each)")
-    a, b = estimate(results, better, budget, judged), estimate(results, baseline, budget, judged)
     if a is None or b is None:
         return Point(budget, "not measured", f"{', '.join(judged)} not scored for every seed")
     verdict, numbers = judge(a, b, margin)
@@ -221,11 +231,10 @@ def _bidirectionality_at(results: list[RunResult], config: ArenaConfig, budget: 
         return Point(budget, "not measured", "both variants need scores on a fine-tuned and a prompted task")
     sides = []
     for name, ts, first, second in (("fine-tuned", finetuned, bi, uni), ("prompted", prompted, uni, bi)):
-        judged, notes = gated_tasks(results, config.random_init, (first, second), ts, budget)
+        judged, notes, a, b = _gated_means(results, config, budget, first, second, ts)
         if not judged:
             return Point(budget, BELOW_FLOOR, f"{name}: no task where both variants beat random weights: "
                                               f"{'; '.join(notes) or 'none scored'} ({budget:.3g} FLOPs each)")
-        a, b = estimate(results, first, budget, judged), estimate(results, second, budget, judged)
         if a is None or b is None:
             return Point(budget, "not measured", f"a variant's {name} scores are missing")
         sides.append((name, judged, a, b, *judge(a, b)))
