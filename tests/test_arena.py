@@ -485,3 +485,19 @@ def test_executors_get_their_parameters(tmp_path, monkeypatch) -> None:
     assert ExecutorSettings("slurm").threads() == 0  # the job reads SLURM_CPUS_PER_TASK where it runs
     asked = make_executor(ExecutorSettings("slurm", cpus_per_task=4), tmp_path / "jobs")._executor.parameters
     assert asked["cpus_per_task"] == 4
+
+
+def test_a_sanity_row_below_the_floor_names_the_gpu_command(tmp_path) -> None:
+    from plm_lightning.arena.report import gpu_command
+
+    assert gpu_command("python -m plm_lightning arena --recipes 'bert,t5' --budget-flops 5e11,4e12 --dir=/x "
+                       "--accelerator cpu --seeds 3") == ("python -m plm_lightning arena --recipes bert,t5 "
+                                                          "--budget-flops 5e+13,4e+14 --seeds 3 --dir arena_gpu "
+                                                          "--accelerator gpu")
+    config = ArenaConfig(recipes=("bert",), budgets=(1e12,), downstream=("code-or-prose",), configs_dir=CONFIGS,
+                         seeds=3, random_init=("bert",))
+    results = _seeds("bert", {"code-or-prose": 0.60}, random_init={"code-or-prose": 0.60})
+    report = write_report(results, config, tmp_path, command="python -m plm_lightning arena --budget-flops 1e12")
+    text = report["report"].read_text()
+    assert "The sanity row (pretraining beats random weights) is *inconclusive at this scale*" in text
+    assert "`python -m plm_lightning arena --budget-flops 1e+14 --dir arena_gpu --accelerator gpu`" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shlex
 from pathlib import Path
 
 from plm_lightning.arena.applicability import FAMILIES
@@ -168,6 +169,34 @@ def _downstream_words(config: ArenaConfig) -> str:
     return "; ".join(parts) or "none"
 
 
+def gpu_command(command: str, factor: float = 100.0) -> str:
+    """``command`` (an arena command line) with every budget times ``factor``, on one GPU per run."""
+    words, out = shlex.split(command), []
+    replaced = {"--dir": "arena_gpu", "--accelerator": "gpu"}
+    while words:
+        word = words.pop(0)
+        name, eq, value = word.partition("=")
+        if name in (*replaced, "--budget-flops"):
+            value = value if eq else (words.pop(0) if words else "")
+            if name == "--budget-flops":
+                out += [name, ",".join(f"{float(b) * factor:.3g}" for b in value.split(","))]
+            continue
+        out.append(word)
+    return shlex.join([*out, *(w for pair in replaced.items() for w in pair)])
+
+
+def _floor_words(claims: list[Claim], command: str | None) -> list[str]:
+    """What to run where the sanity row does not reproduce for every family at these budgets."""
+    sanity = next((c for c in claims if c.statement.startswith("Pretraining beats")), None)
+    if sanity is None or sanity.verdict == "reproduces":
+        return []
+    words = [f"The sanity row (pretraining beats random weights) is *{sanity.verdict}* at the budgets of this page: "
+             "some family does not leave random weights' level on any task at this compute."]
+    if command:
+        words.append(f"A GPU run of the same arena at a hundred times the budgets: `{gpu_command(command)}`.")
+    return [" ".join(words), ""]
+
+
 def _claim_lines(claims: list[Claim]) -> list[str]:
     lines = ["| claim | source | verdict | evidence | by budget |", "|---|---|---|---|---|"]
     return lines + [f"| {c.statement} | {c.source} | **{c.verdict}** | {c.evidence} | {c.by_budget} |" for c in claims]
@@ -209,6 +238,7 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
               "A verdict measures these tiny models and budgets, not the claim at the papers' scale. More compute on "
               "a GPU: the same command with larger `--budget-flops` values and `--accelerator gpu` (every run on one "
               "CUDA device in bf16-mixed), `--executor slurm` to send the runs to a cluster.", "",
+              *_floor_words(claims, command),
               "## Signal: pretrained minus random weights", "",
               "Per task and family, the `--random-init` recipe's pretrained score minus the same architecture "
               "fine-tuned (or probed, or prompted) from random weights, ± two standard errors over seeds; "
