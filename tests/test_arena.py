@@ -290,8 +290,8 @@ def test_the_gate_blocks_a_verdict_below_the_floor_and_lets_one_through() -> Non
     at_small = check_claims(small, ArenaConfig(**{**config.__dict__, "budgets": (1e12,)}))
     assert at_small[0].verdict == "not judged: below the floor" and "bert 0.1000 vs random weights 0.1000: " \
         "+0.0000 ± 0.0163" in at_small[0].evidence
-    assert claims["Pretraining"].verdict == "reproduces" and "encoder: bert on cloze-spans +0.1000 ± 0.0163" in \
-        claims["Pretraining"].evidence
+    assert claims["Pretraining"].verdict == "reproduces" and "encoder: electra on cloze-spans +0.1500 ± 0.0163 " \
+        "(against bert's random weights)" in claims["Pretraining"].evidence  # the family's best, on its baseline
     assert claims["Pretraining"].by_budget.startswith("1e+12: +0.0000 ± 0.0163, inconclusive at this scale")
 
 
@@ -326,13 +326,13 @@ def test_the_pretraining_claim_needs_every_family() -> None:
 
     assert verdict(0.7).startswith("reproduces") and "decoder: continuum[data.bidirectional_fraction=0] on " \
         "code-or-prose +0.1000" in verdict(0.7)
-    assert verdict(0.61).startswith("inconclusive at this scale") and "(below two standard errors)" in verdict(0.61)
+    assert verdict(0.61).startswith("inconclusive at this scale") and ", below two standard errors" in verdict(0.61)
     assert verdict(0.5).startswith("does not reproduce")
 
 
 def test_the_report_is_rebuilt_from_results_csv_alone(tmp_path) -> None:
     from plm_lightning.arena import read_results
-    from plm_lightning.arena.report import signal_rows
+    from plm_lightning.arena.report import recipe_signal_rows, signal_rows
 
     config = ArenaConfig(recipes=("bert", "electra", "t5", "bart"), budgets=(1e12, 4e12), configs_dir=CONFIGS,
                          downstream=("code-or-prose", "cloze-spans", "prompt-next-sentence"), seeds=3,
@@ -353,6 +353,9 @@ def test_the_report_is_rebuilt_from_results_csv_alone(tmp_path) -> None:
                                  [tuple(p) for p in r.val_curve], r.statistics, r.job) for r in results]
     assert check_claims(again, config) == check_claims(results, config)
     assert signal_rows(again, config) == signal_rows(results, config)
+    every = recipe_signal_rows(again, config, 4e12)
+    assert every == recipe_signal_rows(results, config, 4e12) and every[0][:3] == [
+        "electra", "encoder", "+0.2500 ± 0.0163 (bert's) **passes**"]
     report = files["report"].read_text()
     assert "at most 2 runs at once" in report and "| code-or-prose | encoder | bert | 0.6000 ± 0.0100 (n=3) |" in report
     assert "| code-or-prose | encoder-decoder | t5 |" in report

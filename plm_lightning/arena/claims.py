@@ -162,18 +162,18 @@ def _target_lengths(results: list[RunResult], budget: float) -> Claim:
 
 
 def _pretraining_at(results: list[RunResult], config: ArenaConfig, budget: float) -> Point:
-    """Per family, the ``--random-init`` recipes' tasks: reproduces where every family measured has a task on which
-    pretraining beats random weights beyond two standard errors; does not reproduce where a family's random weights
-    beat pretraining on every task it was scored on."""
+    """Per family, every recipe against random weights (its own, else its family's ``--random-init`` recipe's) on
+    each informative task: reproduces where every family measured has a recipe and task on which pretraining beats
+    random weights beyond two standard errors; does not reproduce where a family's random weights beat pretraining
+    on every task it was scored on."""
     by_family: dict[str, list] = {}
-    for recipe in config.random_init:
-        if runs_of(results, recipe, budget):
-            for task in config.downstream:
-                if uninformative(results, task, budget) is not None:  # every run at one floor
-                    continue
-                found = signal(results, config.random_init, recipe, task, budget)
-                if found.baseline == recipe and found.difference is not None:
-                    by_family.setdefault(family(results, recipe) or "?", []).append(found)
+    for recipe in config.recipes:
+        for task in config.downstream:
+            if uninformative(results, task, budget) is not None:  # every run at one floor
+                continue
+            found = signal(results, config.random_init, recipe, task, budget)
+            if found.difference is not None:
+                by_family.setdefault(family(results, recipe) or "?", []).append(found)
     if not by_family:
         return Point(budget, "not measured", "needs --random-init RECIPE with an informative task scored from random "
                                              "weights")
@@ -182,12 +182,14 @@ def _pretraining_at(results: list[RunResult], config: ArenaConfig, budget: float
         best = max(signals, key=lambda s: s.difference - (s.bound or 0.0))
         passed.append(any(s.passed for s in signals))
         reversed_.append(all(s.bound is not None and s.difference < -s.bound for s in signals))
-        parts.append(f"{name}: {best.recipe} on {best.task} {best.short()}"
-                     f"{'' if best.passed else ' (below two standard errors)'}")
+        against = "" if best.baseline == best.recipe else f" (against {best.baseline}'s random weights)"
+        parts.append(f"{name}: {best.recipe} on {best.task} {best.short()}{against}"
+                     f"{'' if best.passed else ', below two standard errors'}")
     verdict = "reproduces" if all(passed) else "does not reproduce" if any(reversed_) else INCONCLUSIVE
     best = max((s for signals in by_family.values() for s in signals), key=lambda s: s.difference - (s.bound or 0.0))
-    return Point(budget, verdict, f"pretrained minus random weights, the best task per family: {'; '.join(parts)} "
-                                  f"({budget:.3g} FLOPs; every task in the signal table)", best.difference, best.bound)
+    return Point(budget, verdict, f"pretrained minus random weights, the best recipe and task per family: "
+                                  f"{'; '.join(parts)} ({budget:.3g} FLOPs; every recipe in the signal tables)",
+                 best.difference, best.bound)
 
 
 def _pretraining_helps(results: list[RunResult], config: ArenaConfig) -> Claim:

@@ -119,6 +119,25 @@ def signal_rows(results: list[RunResult], config: ArenaConfig) -> list[list[str]
     return rows
 
 
+def recipe_signal_rows(results: list[RunResult], config: ArenaConfig, budget: float) -> list[list[str]]:
+    """Every recipe at ``budget``: per task, pretrained minus random weights (its own or its family's) ± two
+    standard errors, marked where it passes the gate."""
+    rows = []
+    for recipe in config.recipes:
+        if not runs_of(results, recipe, budget):
+            continue
+        cells = []
+        for task in config.downstream:
+            found = signal(results, config.random_init, recipe, task, budget)
+            if found.pretrained is None:
+                cells.append("")
+                continue
+            against = "" if found.baseline in (None, recipe) else f" ({found.baseline}'s)"
+            cells.append(found.short() + against + (" **passes**" if found.passed else ""))
+        rows.append([recipe, family(results, recipe) or "", *cells])
+    return rows
+
+
 def skipped_lines(config: ArenaConfig) -> list[str]:
     """One line per task that some recipes cannot take (they were not scored on it)."""
     lines = []
@@ -245,7 +264,11 @@ def write_report(results: list[RunResult], config: ArenaConfig, directory: str |
               "**passes** where the difference exceeds them. A recipe without its own random-init runs is gated "
               "against its family's.", "",
               *_markdown(["task", "family", "recipe", "random weights", *(f"{b:.3g} FLOPs" for b in budgets)],
-                         signal_rows(results, config)), ""]
+                         signal_rows(results, config)), "",
+              f"Every recipe at {budgets[-1]:.3g} FLOPs, against its own random weights or (in brackets) its "
+              "family's: the gate each claim passes or not.", "",
+              *_markdown(["recipe", "family", *config.downstream], recipe_signal_rows(results, config, budgets[-1])),
+              ""]
     skipped = skipped_lines(config)
     if skipped:
         lines += ["Not scored, the task not fitting the recipe:", "", *skipped, ""]
