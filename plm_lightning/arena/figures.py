@@ -76,7 +76,8 @@ def _downstream_plot(plt, results: list[RunResult], config: ArenaConfig, colours
     tasks = list(config.downstream)
     columns = min(3, max(1, len(tasks)))
     rows = (len(tasks) + columns - 1) // columns or 1
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns + 2.5, 4.2 * rows), squeeze=False)
+    legend_width = 4.2  # inches on the right for the legend (variants have long names)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns + legend_width, 4.2 * rows), squeeze=False)
     handles: dict[str, object] = {}
     for ax, task in zip(axes.flat, tasks):
         metric = DOWNSTREAM.get(task) or ("accuracy" if task in PROMPTS else "P@1")
@@ -115,6 +116,6 @@ def _downstream_plot(plt, results: list[RunResult], config: ArenaConfig, colours
         ax.axis("off")
     if handles:
         fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center right")
-    fig.tight_layout(rect=(0, 0, 1 - 2.4 / (5.2 * columns + 2.5), 1))
+    fig.tight_layout(rect=(0, 0, 1 - legend_width / (5.2 * columns + legend_width), 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
