@@ -296,20 +296,14 @@ def test_the_gate_blocks_a_verdict_below_the_floor_and_lets_one_through() -> Non
 
 
 def test_one_seed_or_a_zero_spread_never_passes_the_gate() -> None:
-    from plm_lightning.arena.signal import Signal, signal
+    from plm_lightning.arena.signal import Estimate, Signal, signal
 
-    one = Signal("bert", "lama", 1e12, "bert", *(Estimate_of([v]) for v in (0.9, 0.0)))
-    flat = Signal("bert", "lama", 1e12, "bert", *(Estimate_of([v] * 3) for v in (0.3, 0.0)))
+    one = Signal("bert", "lama", 1e12, "bert", *(Estimate.of([v]) for v in (0.9, 0.0)))
+    flat = Signal("bert", "lama", 1e12, "bert", *(Estimate.of([v] * 3) for v in (0.3, 0.0)))
     assert not one.passed and one.short() == "+0.9000 ± one seed" and not flat.passed
     results = _seeds("bert", {"lama": 0.3})
     found = signal(results, ("bert",), "bert", "lama", 1e12)
     assert found.baseline is None and not found.passed and found.short() == "no random-init baseline"
-
-
-def Estimate_of(values: list[float]):  # noqa: ANN201, N802
-    from plm_lightning.arena.signal import Estimate
-
-    return Estimate.of(values)
 
 
 def test_the_pretraining_claim_needs_every_family() -> None:

@@ -55,7 +55,8 @@ def reader_of(recipe_file: Path, settings: dict[str, str]) -> Reader:
     return Reader(objective, bidirectional=fraction > 0, next_token=str(data.get("prediction", "next_token")) != "masked")
 
 
-def _classifies(reader: Reader) -> str | None:
+def _any_reader(reader: Reader) -> str | None:
+    """Sequence classification pools any stack, an encoder-decoder's included: every reader takes it."""
     return None
 
 
@@ -79,7 +80,7 @@ def _probes(reader: Reader) -> str | None:
         f"the LAMA probe reads a vocabulary head at the answer slot, which {reader.objective} has not"
 
 
-RULES = {"code-or-prose": _classifies, "world-facts": _classifies, "world-objects": _classifies,
+RULES = {"code-or-prose": _any_reader, "world-facts": _any_reader, "world-objects": _any_reader,
          "prompt-world-objects": _prompts, "next-sentence": _chooses, "cloze-spans": _extracts, "markup-spans": _extracts,
          "lama": _probes, "prompt-code-or-prose": _prompts, "prompt-continuation": _prompts,
          "prompt-next-sentence": _prompts}

@@ -80,10 +80,10 @@ def per_seed(runs: list[RunResult], score: Callable[[RunResult], float | None]) 
     return Estimate.of(v for v in (score(r) for r in runs) if v is not None)
 
 
-def task_mean(tasks: tuple[str, ...], scores: str = "downstream") -> Callable[[RunResult], float | None]:
-    """A run's mean over ``tasks`` of its ``downstream`` (or ``random_init``) scores; None unless all are there."""
+def task_mean(tasks: tuple[str, ...]) -> Callable[[RunResult], float | None]:
+    """A run's mean over ``tasks`` of its downstream scores; None unless all are there."""
     def score(run: RunResult) -> float | None:
-        values = [getattr(run, scores).get(t) for t in tasks]
+        values = [run.downstream.get(t) for t in tasks]
         return None if not tasks or any(v is None for v in values) else statistics.fmean(values)
     return score
 
