@@ -26,12 +26,13 @@ from plm_lightning.finetune.transfer import (
 )
 from plm_lightning.objectives.loading import reads_bidirectionally
 from plm_lightning.objectives.schedules import lr_lambda
+from plm_lightning.resume_state import ResumeHooks, restore_rng, rng_state
 
 ENCODERS = ("MaskedLM", "ELECTRA", "ERNIE2", "CausalLM", "PermutationLM")
 """The pretraining objectives whose backbone a head can sit on (one stack, ``backbone(ids, mask, types)``)."""
 
 
-class FinetuneModule(L.LightningModule):
+class FinetuneModule(ResumeHooks, L.LightningModule):
     """Base of the task heads: subclasses build their head after :meth:`attach_pretrained` and implement
     :meth:`step` (outputs, loss) and :meth:`update_metrics`."""
 
@@ -178,7 +179,8 @@ class FinetuneModule(L.LightningModule):
             "objective": type(self).__name__, "backbone": self.backbone_config.to_dict(), "family": self.source_family,
             "labels": list(getattr(self, "labels", [])), "num_labels": self.hparams.get("num_labels"),
             "bidirectional_decoder": getattr(self, "bidirectional_decoder", False),
-            "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind}}
+            "tokenizer": {"json": tok.tokenizer.to_str(), "special": tok.special, "kind": tok.kind},
+            "rng": rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         from plm_lightning.checkpoint_format import CHECKPOINT_KEY
@@ -187,3 +189,4 @@ class FinetuneModule(L.LightningModule):
         if meta.get("objective") not in (None, type(self).__name__):
             raise ConfigError(f"ckpt_path: the checkpoint holds a {meta['objective']}, not a {type(self).__name__}")
         self.labels = meta.get("labels", [])
+        restore_rng(meta.get("rng"))

@@ -17,6 +17,8 @@ from typing import Any
 
 from torch import Tensor
 
+from plm_lightning.checkpoint_format import CHECKPOINT_KEY
+from plm_lightning.data.sampling import data_replicas
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Decoder, LMHead
 from plm_lightning.nn.xl_stack import XLStack
@@ -63,6 +65,8 @@ class CausalLM(PretrainingModule):
         memory = self.memory.get(stage)
         if memory is not None and memory[0].shape[0] != batch["input_ids"].shape[0]:
             memory = None  # a smaller last batch starts new streams
+        if memory is not None and memory[0].device != batch["input_ids"].device:  # restored from a checkpoint
+            memory = [m.to(batch["input_ids"].device) for m in memory]
         mem_len = None if self.training or self.eval_mem_len is None else self.eval_mem_len
         out = self.backbone(batch["input_ids"], batch.get("attention_mask"), memory=memory, mem_len=mem_len)
         self.memory[stage] = out.memory
@@ -70,6 +74,25 @@ class CausalLM(PretrainingModule):
 
     def on_train_epoch_start(self) -> None:
         self.memory.pop("train", None)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Transformer-XL: the training memory goes into the checkpoint, every rank's rows gathered in rank order
+        (the streams of ``SegmentStreamSampler``: rank r, row b reads stream r B + b), so a run resumed mid-epoch
+        continues each stream with the memory it had, under the same or another number of processes."""
+        super().on_save_checkpoint(checkpoint)
+        memory = self.memory.get("train")
+        if isinstance(self.backbone, XLStack) and memory is not None:
+            gathered = [self.trainer.strategy.all_gather(m) if self.trainer.world_size > 1 else m for m in memory]
+            checkpoint[CHECKPOINT_KEY]["train_memory"] = [
+                (m.flatten(0, 1) if self.trainer.world_size > 1 else m).detach().cpu() for m in gathered]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint[CHECKPOINT_KEY].get("train_memory")
+        if saved and self._trainer is not None:
+            replicas, rank = data_replicas(self._trainer)
+            rows = saved[0].shape[0] // replicas
+            self.memory["train"] = [m[rank * rows:(rank + 1) * rows] for m in saved]
 
     def on_validation_epoch_start(self) -> None:
         self.memory.pop("eval", None)

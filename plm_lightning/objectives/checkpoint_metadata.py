@@ -11,9 +11,10 @@ import torch
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives import scale
+from plm_lightning.resume_state import ResumeHooks, restore_rng, rng_state
 
 
-class CheckpointHooks:
+class CheckpointHooks(ResumeHooks):
     """The checkpoint hooks and identity of ``PretrainingModule``."""
 
     @property
@@ -52,9 +53,7 @@ class CheckpointHooks:
             meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
                                  "kind": tokenizer.kind}
         # Lightning does not save the global RNG; dropout after a resume must match an uninterrupted run
-        meta["rng"] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            meta["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        meta["rng"] = rng_state()
         checkpoint[CHECKPOINT_KEY] = meta
         trainer = self._trainer
         if trainer is not None and "optimizer_states" in checkpoint and not scale.numbers_by_module_order(trainer):
@@ -77,8 +76,4 @@ class CheckpointHooks:
             scale.reslice_strided_shards(self, trainer.optimizers, checkpoint, trainer.ckpt_path)
         self.tokens_seen = meta.get("tokens_seen", 0)
         self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
-        rng = meta.get("rng", {})
-        if "torch" in rng:
-            torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        restore_rng(meta.get("rng"))

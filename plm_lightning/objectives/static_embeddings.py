@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.static import WordVocabulary
 from plm_lightning.errors import ConfigError
+from plm_lightning.resume_state import ResumeHooks, restore_rng, rng_state
 
 
 def fnv1a(text: str) -> int:
@@ -44,7 +45,7 @@ def char_ngrams(word: str, minn: int = 3, maxn: int = 6) -> list[str]:
             if wrapped[i:i + n] != wrapped]
 
 
-class StaticEmbeddings(L.LightningModule):
+class StaticEmbeddings(ResumeHooks, L.LightningModule):
     """Shared by the three methods: the vocabulary comes from the data module (and travels in the checkpoint);
     ``vectors()`` are the trained embeddings; neighbours and analogies by cosine similarity."""
 
@@ -87,11 +88,13 @@ class StaticEmbeddings(L.LightningModule):
         raise NotImplementedError
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"objective": type(self).__name__, "vocabulary": self.vocabulary.to_dict()}
+        checkpoint[CHECKPOINT_KEY] = {"objective": type(self).__name__, "vocabulary": self.vocabulary.to_dict(),
+                                      "rng": rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.vocabulary is None:
             self.set_vocabulary(WordVocabulary.from_dict(checkpoint[CHECKPOINT_KEY]["vocabulary"]))
+        restore_rng(checkpoint[CHECKPOINT_KEY].get("rng"))
 
     # -- optimisation -------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
