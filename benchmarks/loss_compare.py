@@ -51,14 +51,16 @@ def recipe_callbacks(recipe: Path) -> list[dict]:
     return yaml.safe_load(DEFAULT_CALLBACKS.read_text())["trainer"]["callbacks"]
 
 
-def leg_config(recipe: Path, every: int, kill_at: int | None) -> dict:
-    """The recipe's callbacks with every ModelCheckpoint saving ``last.ckpt`` each ``every`` steps, plus the killer."""
+def leg_config(recipe: Path, every: int, kill_at: int | None, extra: Sequence[dict] = ()) -> dict:
+    """The recipe's callbacks with every ModelCheckpoint saving ``last.ckpt`` each ``every`` steps, plus ``extra``
+    callbacks and the killer (last)."""
     callbacks = []
     for callback in recipe_callbacks(recipe):
         callback = json.loads(json.dumps(callback))
         if callback["class_path"].endswith("ModelCheckpoint"):
             callback.setdefault("init_args", {}).update(every_n_train_steps=every, save_last=True)
         callbacks.append(callback)
+    callbacks += list(extra)
     if kill_at is not None:
         callbacks.append({"class_path": KILLER, "init_args": {"step": kill_at}})
     return {"trainer": {"callbacks": callbacks}}

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from plm_lightning.errors import ConfigError
+
 
 class BlockSampler(DistributedSampler):
     """Shuffled (by seed and epoch) or sequential order, sharded over ``num_replicas`` ranks.
@@ -155,29 +157,54 @@ class MixtureSampler(BlockSampler):
 
 
 class ResumableDataLoader(DataLoader):
-    """A DataLoader whose ``state_dict`` records (epoch, batches consumed); Lightning saves it in checkpoints and
-    restores it on ``--ckpt_path``, so a run killed mid-epoch resumes with the next unseen batch."""
+    """A DataLoader whose ``state_dict`` records where the epoch stands; Lightning saves it in checkpoints and
+    restores it on ``--ckpt_path``, so a run killed mid-epoch resumes with the next unseen sample.
+
+    The position is kept in *global* samples (all ranks), so it survives a change of world size (elastic
+    determinism, as MosaicML streaming promises it): a run on R processes that consumed S samples of the epoch's
+    global order resumes on R' processes at global position S, each rank r' reading positions S + r' + k R'. The
+    corruption of a sample is a function of (seed, epoch, index), so the resumed run also draws the same masks.
+    ``num_workers`` does not enter the order at all. S must split evenly over the new ranks (keep the global batch,
+    ``batch_size x devices x num_nodes``, and it does)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._consumed = 0
+        self._start = 0
         self._epoch = 0
         self._pending: dict[str, int] | None = None
+
+    def _replicas(self) -> int:
+        return int(getattr(self.sampler, "num_replicas", 1))
 
     def __iter__(self):  # noqa: ANN204
         sampler = self.sampler
         self._epoch = getattr(sampler, "epoch", 0)
-        self._consumed = 0
+        self._consumed, self._start = 0, 0
         pending, self._pending = self._pending, None
         if isinstance(sampler, BlockSampler) and pending and pending.get("epoch") == self._epoch:
-            self._consumed = min(pending.get("batches_consumed", 0), len(self))
-            sampler.skip = self._consumed * self.batch_size
+            self._start = min(self._resume_skip(pending), len(sampler))
+            sampler.skip = self._start
         for batch in super().__iter__():
             self._consumed += 1
             yield batch
 
+    def _resume_skip(self, state: dict[str, int]) -> int:
+        """Samples of this rank to skip: the state's global samples over this loader's ranks (a state written
+        before global positions were recorded: its batches at this batch size)."""
+        if "samples_consumed" not in state:
+            return state.get("batches_consumed", 0) * self.batch_size
+        samples, replicas = int(state["samples_consumed"]), self._replicas()
+        if samples % replicas:
+            raise ConfigError(f"ckpt_path: the run stopped after {samples} samples of epoch {state['epoch']}, which "
+                              f"do not split over {replicas} data-parallel ranks; resume with a global batch "
+                              "(data.batch_size x devices x num_nodes) that divides it, e.g. the original one")
+        return samples // replicas
+
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self._epoch, "batches_consumed": self._consumed}
+        per_rank = self._start + self._consumed * self.batch_size
+        return {"epoch": self._epoch, "batches_consumed": per_rank // self.batch_size,
+                "samples_consumed": per_rank * self._replicas()}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Applied at the next ``__iter__``, after Lightning has set the sampler's epoch."""
