@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
@@ -41,6 +42,7 @@ class CausalLM(PretrainingModule):
             raise ConfigError(f"model.eval_mem_len={eval_mem_len} must be >= 0 (or null for the backbone's mem_len)")
         self.eval_mem_len = eval_mem_len
         self.memory: dict[str, list[Tensor] | None] = {}
+        self._restored_streams = False
         super().__init__(*args, backbone=backbone, **kwargs)
 
     def setup(self, stage: str) -> None:
@@ -64,7 +66,13 @@ class CausalLM(PretrainingModule):
         stage = "train" if self.training else "eval"
         memory = self.memory.get(stage)
         if memory is not None and memory[0].shape[0] != batch["input_ids"].shape[0]:
+            if self.training and self._restored_streams:
+                rank_zero_warn(f"Transformer-XL: the checkpoint's memory holds {memory[0].shape[0]} streams per "
+                               f"rank, this run reads {batch['input_ids'].shape[0]} (another global batch): the "
+                               "streams are cut anew and the memory starts empty")
             memory = None  # a smaller last batch starts new streams
+        if self.training:
+            self._restored_streams = False
         if memory is not None and memory[0].device != batch["input_ids"].device:  # restored from a checkpoint
             memory = [m.to(batch["input_ids"].device) for m in memory]
         mem_len = None if self.training or self.eval_mem_len is None else self.eval_mem_len
@@ -93,6 +101,7 @@ class CausalLM(PretrainingModule):
             replicas, rank = data_replicas(self._trainer)
             rows = saved[0].shape[0] // replicas
             self.memory["train"] = [m[rank * rows:(rank + 1) * rows] for m in saved]
+            self._restored_streams = True
 
     def on_validation_epoch_start(self) -> None:
         self.memory.pop("eval", None)
