@@ -65,6 +65,9 @@ class BARTCollator:
 class BARTDataModule(TextDataModule):
     """BART's denoising data: rows of whole sentences of one document, noised by :class:`BARTNoise`."""
 
+    document_mask_refusal = ("permutes and infills the row as one text and its encoder-decoder has no per-document mask "
+                            "(its doc_sentences packing keeps one document per row)")
+
     inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "bos", "eos", "mask", "cls", "sep")

@@ -67,6 +67,8 @@ MAX_VOCAB_SIZE = 1 << 21
 
 
 class TextDataModule(L.LightningDataModule):
+    document_mask_refusal: ClassVar[str | None] = None
+    """Why ``data.document_mask: true`` cannot be honoured by this data module's rows (None: it can)."""
     """Shared data path of every objective; subclasses choose the packing mode and the collator."""
 
     inspection_view: ClassVar[str] = "token"
@@ -166,6 +168,9 @@ class TextDataModule(L.LightningDataModule):
         self.source, self.text_field, self.split_name = source, text_field, split
         self.tokenizer_spec, self.vocab_size_to_train = tokenizer, tokenizer_vocab_size
         self.seq_len, self.packing, self.batch_size, self.num_workers = seq_len, packing, batch_size, num_workers
+        if document_mask and self.document_mask_refusal:
+            raise ConfigError(f"data.document_mask: {type(self).__name__} {self.document_mask_refusal}; set "
+                              "data.document_mask=false (recipes that keep packed documents apart: docs/data.md)")
         self.val_fraction, self.seed, self.document_mask, self.max_documents = val_fraction, seed, document_mask, max_documents
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self._tokenizer: TextTokenizer | None = None

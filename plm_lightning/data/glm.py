@@ -58,6 +58,8 @@ class GLMDataModule(TextDataModule):
     """GLM's pretraining data: raw rows short enough that Part A + Part B (the row plus two tokens per span) fit
     ``seq_len``."""
 
+    document_mask_refusal = ("moves blanks of the whole row to Part B, whose 2-D positions have no per-document mask")
+
     inspection_view = "blank_infilling"
 
     required_special_tokens = ("pad", "mask", "sop", "eop", "eos")

@@ -64,6 +64,8 @@ class MASSDataModule(TextDataModule):
     """MASS: contiguous ``seq_len`` rows, one fragment of ``fragment_ratio`` of each masked for the encoder and
     predicted by the decoder."""
 
+    document_mask_refusal = ("masks one fragment of the packed row and its encoder-decoder has no per-document mask")
+
     inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "eos", "mask")

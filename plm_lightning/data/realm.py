@@ -248,6 +248,9 @@ class REALMDataModule(TextDataModule):
     """Queries (salient-span masked sentences, ``seq_len`` tokens at most) and the knowledge corpus the model
     retrieves from (``knowledge_blocks``)."""
 
+    document_mask_refusal = ("builds its query rows and retrieved documents itself; there is no per-document mask for "
+                            "them")
+
     inspection_view = "retrieval"
 
     required_special_tokens = ("pad", "cls", "sep", "mask")

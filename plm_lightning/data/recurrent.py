@@ -12,6 +12,9 @@ class RecurrentLMDataModule(CausalLMDataModule):
     segments (``SegmentStreamSampler``), in training and validation alike, so a model with memory (``mem_len``)
     carries each row's context from one batch to the next."""
 
+    document_mask_refusal = ("streams contiguous text whose memory crosses rows and documents by design (Dai et al. "
+                            "2019); the memory has no per-document mask")
+
     recurrent = True
 
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:

@@ -126,6 +126,9 @@ class UL2Collator(SpanCorruptionCollator):
 class SpanCorruptionDataModule(TextDataModule):
     """T5's pretraining data: contiguous raw rows, span corruption with sentinels, targets for the decoder."""
 
+    document_mask_refusal = ("corrupts spans over the whole packed row and its encoder, decoder and cross-attention have"
+                            " no per-document mask (T5 packs C4 this way)")
+
     inspection_view = "seq2seq"
 
     required_special_tokens = ("pad", "eos")

@@ -92,6 +92,9 @@ class PermutationLMCollator:
 class PermutationLMDataModule(TextDataModule):
     """XLNet's pretraining data over segment pairs of ``seq_len`` tokens."""
 
+    document_mask_refusal = ("draws one factorisation order over the whole row; its two-stream masks have no per-"
+                            "document form")
+
     inspection_view = "permutation"
 
     required_special_tokens = ("pad", "sep", "cls")
