@@ -9,6 +9,7 @@ rewritten with the real one when the shard is closed), so a worker never holds m
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import warnings
@@ -175,20 +176,41 @@ def _npy_layout(path: Path) -> tuple[np.dtype, tuple[int, ...]]:
     return dtype, tuple(shape[1:])
 
 
+def file_digest(path: Path, chunk: int = 1 << 23) -> str:
+    """BLAKE2b (128-bit) of a file's bytes, read in chunks of 8 MiB."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_meta(directory: Path, meta: dict) -> None:
-    """Write ``directory``'s metadata last, with the size of each of its files, which :func:`read_meta` checks."""
-    files = {f.name: f.stat().st_size for f in sorted(directory.iterdir()) if f.name != META_FILE and f.is_file()}
+    """Write ``directory``'s metadata last, with each of its files' size, modification time and checksum, which
+    :func:`read_meta` checks."""
+    files = {}
+    for f in sorted(directory.iterdir()):
+        if f.name != META_FILE and f.is_file():
+            stat = f.stat()
+            files[f.name] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "blake2b": file_digest(f)}
     (directory / META_FILE).write_text(json.dumps({**meta, "files": files}, indent=1))
 
 
 def damage(directory: Path, meta: dict) -> str | None:
-    """What is wrong with a cache entry's files against the sizes its metadata recorded (None: nothing)."""
-    for name, size in (meta.get("files") or {}).items():
+    """What is wrong with a cache entry's files against what its metadata recorded (None: nothing): a file missing
+    or of another size; a file modified since (another modification time) whose checksum no longer matches. A file
+    with its recorded time is not read again, so a check costs one ``stat`` per file."""
+    for name, recorded in (meta.get("files") or {}).items():
         path = directory / name
         if not path.is_file():
             return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} of its {size} bytes"
+        recorded = recorded if isinstance(recorded, dict) else {"size": recorded}  # entries of before checksums
+        stat = path.stat()
+        if stat.st_size != recorded["size"]:
+            return f"{name} has {stat.st_size} of its {recorded['size']} bytes"
+        if "blake2b" in recorded and stat.st_mtime_ns != recorded.get("mtime_ns") \
+                and file_digest(path) != recorded["blake2b"]:
+            return f"{name} was altered (checksum mismatch)"
     return None
 
 
