@@ -63,7 +63,7 @@ def test_scalar_mix_is_a_softmax_weighted_sum():
     assert torch.allclose(mix(layers), 1.5 * sum(wi * h for wi, h in zip(w, layers)), atol=1e-6)
     model = _model()
     features = model.features(_batch([[1, 2, 3]], model))
-    assert len(features) == 3 and features[0].shape == (1, 5, 32) and model.scalar_mix(features).shape == (1, 5, 32)
+    assert len(features) == 3 and features[0].shape == (1, 5, 32) and ScalarMix(3)(features).shape == (1, 5, 32)
     with pytest.raises(ValueError, match="ScalarMix over 3 layers"):
         mix(layers[:2])
 

@@ -117,6 +117,26 @@ def test_unilm_collator_draws_the_lm_mixture_and_sets_segments(tmp_path):
         UniLMDataModule(packing="sentence_pairs")
 
 
+def test_unilm_draws_one_lm_per_global_batch_on_every_rank(tmp_path):
+    """The LM is a function of (seed, epoch, global batch number): each rank's share of a step asks for the same
+    one, however the step's samples are split over ranks, and the steps draw the mixture."""
+    from plm_lightning.data import UniLMDataModule
+
+    dm = UniLMDataModule(seq_len=64, batch_size=4, tokenizer_vocab_size=2048, cache_dir=str(tmp_path))
+    dm.setup()
+    collate, dataset = dm.collator(), dm.train_dataloader().dataset
+    collate.global_batch = 8  # two ranks of 4
+
+    def kind(epoch: int, positions: list[int]) -> int:
+        return int(collate([dataset[(epoch, p % len(dataset), p)] for p in positions])["attention_kind"])
+
+    steps = [{kind(0, list(range(8 * t + r, 8 * t + 8, 2))) for r in (0, 1)} | {kind(0, list(range(8 * t, 8 * t + 8)))}
+             for t in range(40)]
+    assert all(len(kinds) == 1 for kinds in steps)  # rank 0, rank 1 and one process with the whole batch agree
+    assert len({k for kinds in steps for k in kinds}) == 4
+    assert [kind(1, list(range(8 * t, 8 * t + 8))) for t in range(40)] != [min(k) for k in steps]  # epochs redraw
+
+
 def test_decoder_only_rows_label_the_target_only():
     from plm_lightning.data.seq2seq import concatenate_for_decoder
 

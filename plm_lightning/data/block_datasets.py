@@ -25,7 +25,7 @@ class BlockDataset(Dataset):
         key = key if isinstance(key, tuple) else (0, key)
         epoch, index = key[:2]
         position = key[2] if len(key) > 2 else index
-        return self.sample(index, epoch, epoch + position / max(1, len(self.blocks)))
+        return {**self.sample(index, epoch, epoch + position / max(1, len(self.blocks))), "position": position}
 
     def sample(self, index: int, epoch: int, progress: float) -> dict[str, Any]:
         """Block ``index`` with the fields its collator reads; ``progress`` is the training progress in epochs."""

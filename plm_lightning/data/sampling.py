@@ -227,9 +227,13 @@ class InterleavedSampler(BlockSampler):
 
 class SegmentStreamSampler(BlockSampler):
     """Transformer-XL's ordered batches (the reference code's ``LMOrderedIterator``): the blocks, in corpus order,
-    are cut into ``batch_size x num_replicas`` contiguous streams, and batch t holds segment t of every stream, so
-    row b of one batch continues row b of the batch before (what the memory carries over). Same order every epoch.
-    """
+    are cut into ``S = batch_size x num_replicas`` contiguous streams, and batch t holds segment t of every stream,
+    so row b of one batch continues row b of the batch before (what the memory carries over). Same order every epoch.
+
+    Global position ``t S + s`` (step t) holds segment t of stream s, which rank ``s mod R`` reads as row ``s // R``
+    (the ``BlockSampler``'s positions r + R j): the global sequence, and which stream a position continues, do not
+    depend on how the S streams are split over ranks, so a run resumed on another number of processes (the same
+    global batch) continues every stream."""
 
     def __init__(self, num_samples: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> None:
         super().__init__(num_samples, shuffle=False, seed=0, num_replicas=num_replicas, rank=rank, drop_last=True)
@@ -242,11 +246,11 @@ class SegmentStreamSampler(BlockSampler):
         self.num_samples = self.total_size // num_replicas
 
     def epoch_order(self) -> np.ndarray:
-        """Global position r + R (t B + b) (rank r, batch t, row b) holds segment t of stream r B + b."""
-        replicas, rows = self.num_replicas, self.batch_size
-        t, b, r = np.meshgrid(np.arange(self.segments), np.arange(rows), np.arange(replicas), indexing="ij")
+        """Global position t S + s holds segment t of stream s (blocks ``s x segments`` onwards)."""
+        streams = self.batch_size * self.num_replicas
+        t, s = np.meshgrid(np.arange(self.segments), np.arange(streams), indexing="ij")
         order = np.empty(self.total_size, dtype=np.int64)
-        order[(r + replicas * (t * rows + b)).reshape(-1)] = ((r * rows + b) * self.segments + t).reshape(-1)
+        order[(t * streams + s).reshape(-1)] = (s * self.segments + t).reshape(-1)
         return order
 
 

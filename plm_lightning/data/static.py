@@ -168,8 +168,9 @@ class Word2VecCollator:
         self.window, self.negatives, self.mode, self.seed = window, negatives, mode, seed
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        centers, contexts, bags = [], [], []
-        rng = None
+        """Each chunk's subsampling, windows and negatives from its own key: a chunk makes the same examples in
+        any batch, on any number of ranks."""
+        centers, contexts, negatives = [], [], []
         for s, key in zip(samples, sample_keys(self.seed, samples)):
             rng = np.random.default_rng(int(key))
             words = s["words"][rng.random(len(s["words"])) < self.keep[s["words"]]]  # subsampling
@@ -185,17 +186,16 @@ class Word2VecCollator:
                 column = np.arange(len(c)) - slot[c]
                 bag[c, column] = words[x]
                 centers.append(words)
-                bags.append(bag)
-        center = np.concatenate(centers) if centers else np.zeros(0, np.int64)
-        out = {"center": torch.from_numpy(center)}
-        if self.mode == "skipgram":
-            out["context"] = torch.from_numpy(np.concatenate(contexts) if contexts else np.zeros(0, np.int64))
-        else:
-            out["context"] = torch.from_numpy(np.concatenate(bags) if bags else np.zeros((0, 2 * self.window), np.int64))
+                contexts.append(bag)
+            if self.negatives > 0:
+                draws = rng.random((len(centers[-1]), self.negatives))
+                negatives.append(np.minimum(np.searchsorted(self.noise_cdf, draws), len(self.noise_cdf) - 1))
+        width = () if self.mode == "skipgram" else (2 * self.window,)
+        out = {"center": torch.from_numpy(np.concatenate(centers) if centers else np.zeros(0, np.int64)),
+               "context": torch.from_numpy(np.concatenate(contexts) if contexts else np.zeros((0, *width), np.int64))}
         if self.negatives > 0:
-            rng = rng if rng is not None else np.random.default_rng(self.seed)
-            draws = rng.random((len(center), self.negatives))
-            out["negatives"] = torch.from_numpy(np.minimum(np.searchsorted(self.noise_cdf, draws), len(self.noise_cdf) - 1))
+            out["negatives"] = torch.from_numpy(np.concatenate(negatives) if negatives
+                                                else np.zeros((0, self.negatives), np.int64))
         return out
 
 

@@ -1,6 +1,8 @@
 """UniLM (Dong et al. 2019, "Unified Language Model Pre-training for Natural Language Understanding and Generation",
 sec. 2 and fig. 1): one Transformer, one set of weights, BERT's masked-LM corruption, and a self-attention mask drawn
-per batch: bidirectional (1/3 of the batches), left-to-right and right-to-left (1/6 each), sequence-to-sequence
+per training batch (the global batch: every rank's share of one step asks for the same LM, drawn from the seed, the
+epoch and the batch's place in the epoch, so a resume on another number of processes draws what the first run
+drew): bidirectional (1/3 of the batches), left-to-right and right-to-left (1/6 each), sequence-to-sequence
 (1/3: the source segment ``[CLS] A [SEP]`` bidirectional, the target ``B [SEP]`` causal and seeing the source).
 A masked token is predicted from what its mask lets it see.
 
@@ -31,15 +33,22 @@ class UniLMCollator(MaskedLMCollator):
     """BERT masking of continuation pairs, plus the batch's LM: ``attention_kind`` (an index into
     ``nn.masks.ATTENTION_KINDS``), ``prefix_lengths`` (the source segment) and the LM's segment ids."""
 
-    def __init__(self, *args: Any, mixture: np.ndarray, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, mixture: np.ndarray, global_batch: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.mixture = mixture
+        self.global_batch = global_batch
+        """Samples per training step over all data-parallel ranks: the LM is drawn per global batch."""
         self.objective = "unified_lm"
 
     def choose(self, samples: list[dict[str, Any]]) -> str:
-        """The batch's LM, drawn with ``mixture`` from its first sample's key (same batch, same choice)."""
-        key = int(sample_keys(self.seed, samples[:1])[0])
-        return UNILM_KINDS[int(np.random.default_rng([key, 11]).choice(len(UNILM_KINDS), p=self.mixture))]
+        """The batch's LM, drawn with ``mixture`` from (seed, epoch, global batch number): the samples' place in
+        the epoch's global order over ``global_batch`` (samples without a place: their first sample's key)."""
+        first = samples[0]
+        if "position" in first:
+            key = [self.seed, int(first["epoch"]), int(first["position"]) // self.global_batch, 11]
+        else:
+            key = [int(sample_keys(self.seed, samples[:1])[0]), 11]
+        return UNILM_KINDS[int(np.random.default_rng(key).choice(len(UNILM_KINDS), p=self.mixture))]
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         out = super().__call__(samples)
@@ -77,4 +86,5 @@ class UniLMDataModule(MaskedLMDataModule):
         self.lm_mixture = weights / weights.sum()
 
     def collator(self) -> UniLMCollator:
-        return UniLMCollator(*self.collator_args(), mixture=self.lm_mixture)
+        return UniLMCollator(*self.collator_args(), mixture=self.lm_mixture,
+                             global_batch=self.batch_size * self._replicas()[0])

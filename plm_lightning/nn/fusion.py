@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from plm_lightning.nn.attention import MultiHeadAttention
 from plm_lightning.nn.feedforward import ACTIVATIONS
 from plm_lightning.nn.layer_attention import LayerAttention
+from plm_lightning.nn.legacy_keys import drop_on_load
 
 
 class KnowledgeFusionLayer(nn.Module):
@@ -30,7 +31,9 @@ class KnowledgeFusionLayer(nn.Module):
 
     def __init__(self, hidden_size: int, entity_size: int, num_heads: int, entity_heads: int, intermediate_size: int,
                  dropout: float = 0.1, attention_dropout: float = 0.1, norm_eps: float = 1e-12,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", entity_output: bool = True) -> None:
+        """``entity_output=False`` (the K-Encoder's last layer): no W_e, no entity output; the entity states
+        pass through unchanged (no loss reads them, and a parameter no loss reaches would stop DDP)."""
         super().__init__()
         self.token_attn = MultiHeadAttention(hidden_size, num_heads, attention_dropout, backend=backend)
         self.token_attn_norm = nn.LayerNorm(hidden_size, eps=norm_eps)
@@ -39,9 +42,11 @@ class KnowledgeFusionLayer(nn.Module):
         self.fuse_token = nn.Linear(hidden_size, intermediate_size)  # W~_t, b~
         self.fuse_entity = nn.Linear(entity_size, intermediate_size, bias=False)  # W~_e
         self.token_out = nn.Linear(intermediate_size, hidden_size)  # W_t, b_t
-        self.entity_out = nn.Linear(intermediate_size, entity_size)  # W_e, b_e
         self.token_norm = nn.LayerNorm(hidden_size, eps=norm_eps)
-        self.entity_norm = nn.LayerNorm(entity_size, eps=norm_eps)
+        self.entity_out = nn.Linear(intermediate_size, entity_size) if entity_output else None  # W_e, b_e
+        self.entity_norm = nn.LayerNorm(entity_size, eps=norm_eps) if entity_output else None
+        if not entity_output:
+            drop_on_load(self, "entity_out", "entity_norm")
         self.act = ACTIVATIONS["gelu"]
         self.dropout = nn.Dropout(dropout)
 
@@ -49,8 +54,9 @@ class KnowledgeFusionLayer(nn.Module):
         """How Megatron-style tensor parallelism splits this layer (``objectives.scale.apply_tensor_parallel``): both
         attentions by heads, the fusion layer's W~_t and W~_e by columns (each rank sums its share of h), W_t and W_e
         by rows."""
-        return {"token_attn": "attention", "entity_attn": "attention", "fuse_token": "colwise",
-                "fuse_entity": "colwise", "token_out": "rowwise", "entity_out": "rowwise"}
+        plan = {"token_attn": "attention", "entity_attn": "attention", "fuse_token": "colwise",
+                "fuse_entity": "colwise", "token_out": "rowwise"}
+        return plan if self.entity_out is None else {**plan, "entity_out": "rowwise"}
 
     def forward(self, tokens: Tensor, entities: Tensor, attention_mask: Tensor | None, entity_mask: Tensor
                 ) -> tuple[Tensor, Tensor]:
@@ -66,12 +72,15 @@ class KnowledgeFusionLayer(nn.Module):
         e = e * aligned[..., None]
         fused = self.act(self.fuse_token(w) + self.fuse_entity(e))  # e is zero where no entity: eq. 4
         tokens_out = self.token_norm(w + self.dropout(self.token_out(fused)))
+        if self.entity_out is None:
+            return tokens_out, entities
         entities_out = self.entity_norm(e + self.dropout(self.entity_out(fused))) * aligned[..., None]
         return tokens_out, entities_out
 
 
 class KnowledgeableEncoder(nn.Module):
-    """The K-Encoder: ``layers`` aggregators over the T-Encoder's token states and the aligned entity embeddings."""
+    """The K-Encoder: ``layers`` aggregators over the T-Encoder's token states and the aligned entity embeddings;
+    the last one outputs tokens only (what the pretraining losses and fine-tuning read)."""
 
     def __init__(self, layers: int, hidden_size: int, entity_size: int, num_heads: int, entity_heads: int,
                  intermediate_size: int, dropout: float = 0.1, attention_dropout: float = 0.1,
@@ -79,7 +88,8 @@ class KnowledgeableEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             KnowledgeFusionLayer(hidden_size, entity_size, num_heads, entity_heads, intermediate_size, dropout,
-                                 attention_dropout, norm_eps, backend) for _ in range(layers))
+                                 attention_dropout, norm_eps, backend, entity_output=i < layers - 1)
+            for i in range(layers))
 
     def forward(self, tokens: Tensor, entities: Tensor, attention_mask: Tensor | None, entity_mask: Tensor
                 ) -> tuple[Tensor, Tensor]:

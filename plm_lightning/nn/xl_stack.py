@@ -25,6 +25,7 @@ from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.embeddings import Embeddings
 from plm_lightning.nn.layer_attention import LayerAttention
+from plm_lightning.nn.legacy_keys import drop_on_load
 from plm_lightning.nn.xl_relative import XLRelative, relative_index, relative_sinusoids
 
 
@@ -54,7 +55,11 @@ class XLStack(nn.Module):
         self.cfg, self.causal = cfg, causal
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.num_layers))
-        self.query_embedding = nn.Parameter(torch.zeros(cfg.hidden_size))  # XLNet's mask_emb, g^(0)
+        # XLNet's mask_emb, g^(0): the query stream's start, none in Transformer-XL (a parameter no loss reaches
+        # would stop DDP); a causal stack's older checkpoints that hold one load without it
+        self.query_embedding = None if causal else nn.Parameter(torch.zeros(cfg.hidden_size))
+        if causal:
+            drop_on_load(self, "query_embedding")
         self.dropout = Dropout(cfg.dropout)
 
     def blocks(self) -> list[nn.Module]:

@@ -84,23 +84,23 @@ class CausalLM(PretrainingModule):
         self.memory.pop("train", None)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Transformer-XL: the training memory goes into the checkpoint, every rank's rows gathered in rank order
-        (the streams of ``SegmentStreamSampler``: rank r, row b reads stream r B + b), so a run resumed mid-epoch
-        continues each stream with the memory it had, under the same or another number of processes."""
+        """Transformer-XL: the training memory goes into the checkpoint, every rank's rows gathered in stream order
+        (``SegmentStreamSampler``: rank r, row b reads stream b R + r), so a run resumed mid-epoch continues each
+        stream with the memory it had, under the same or another number of processes."""
         super().on_save_checkpoint(checkpoint)
         memory = self.memory.get("train")
         if isinstance(self.backbone, XLStack) and memory is not None:
             gathered = [self.trainer.strategy.all_gather(m) if self.trainer.world_size > 1 else m for m in memory]
-            checkpoint[CHECKPOINT_KEY]["train_memory"] = [
-                (m.flatten(0, 1) if self.trainer.world_size > 1 else m).detach().cpu() for m in gathered]
+            checkpoint[CHECKPOINT_KEY]["train_memory"] = [  # [R, B, ...] -> [B R, ...]: stream b R + r
+                (m.transpose(0, 1).flatten(0, 1) if self.trainer.world_size > 1 else m).detach().cpu()
+                for m in gathered]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
         saved = checkpoint[CHECKPOINT_KEY].get("train_memory")
         if saved and self._trainer is not None:
             replicas, rank = data_replicas(self._trainer)
-            rows = saved[0].shape[0] // replicas
-            self.memory["train"] = [m[rank * rows:(rank + 1) * rows] for m in saved]
+            self.memory["train"] = [m[rank::replicas] for m in saved]
             self._restored_streams = True
 
     def on_validation_epoch_start(self) -> None:

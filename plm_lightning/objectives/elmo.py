@@ -18,8 +18,9 @@ from torch import Tensor, nn
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
+from plm_lightning.nn.legacy_keys import drop_on_load
 from plm_lightning.nn.losses import linear_cross_entropy
-from plm_lightning.nn.recurrent import BiLM, CharCNNEncoder, ScalarMix
+from plm_lightning.nn.recurrent import BiLM, CharCNNEncoder
 from plm_lightning.objectives.static_embeddings import StaticEmbeddings
 
 ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -63,7 +64,9 @@ class ELMo(StaticEmbeddings):
         self.bilm = BiLM(hp.projection_dim, hp.lstm_dim, hp.num_layers, hp.dropout)
         self.softmax = nn.Linear(hp.projection_dim, vocab_size)
         self.dropout = nn.Dropout(hp.dropout)
-        self.scalar_mix = ScalarMix(hp.num_layers + 1)
+        # the task's ScalarMix (eq. 1) is learnt downstream (finetune.word_features), not in the biLM: checkpoints
+        # that still carry an untrained one load without it
+        drop_on_load(self, "scalar_mix")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adagrad(self.parameters(), lr=self.hparams.learning_rate, initial_accumulator_value=1.0)
