@@ -145,8 +145,11 @@ def final_checkpoint(leg: Path, steps: int) -> dict:
 
 
 def compare(recipe: Path, args: Sequence[str], workdir: Path, steps: int = 12, every: int = 4,
-            kill_at: int | None = None, seed: int = 0, runner: Runner = subprocess_runner) -> Comparison:
-    """Run both legs of ``recipe`` (with the extra CLI ``args``) under ``workdir`` and compare them."""
+            kill_at: int | None = None, seed: int = 0, runner: Runner = subprocess_runner,
+            check_unused: bool = True) -> Comparison:
+    """Run both legs of ``recipe`` (with the extra CLI ``args``) under ``workdir`` and compare them;
+    ``check_unused``: the straight leg also stops on a parameter no loss reaches (``UnusedParameters``: what
+    DDP would stop on)."""
     if steps % every or steps <= every:
         raise ValueError(f"--steps {steps} must be a multiple of --every {every}, and larger")
     choices = [s for s in range(every + 1, steps) if s % every]
@@ -160,7 +163,8 @@ def compare(recipe: Path, args: Sequence[str], workdir: Path, steps: int = 12, e
         leg = workdir / name
         leg.mkdir(parents=True, exist_ok=True)
         config = leg / "loss_compare.yaml"
-        config.write_text(yaml.safe_dump(leg_config(recipe, every, kill)))
+        unused = [{"class_path": "plm_lightning.callbacks.UnusedParameters"}] if check_unused and kill is None else []
+        config.write_text(yaml.safe_dump(leg_config(recipe, every, kill, extra=unused)))
         metrics = leg / "metrics.jsonl"
         env = {"PLM_LIGHTNING_METRICS_FILE": str(metrics)}
         code = runner([*common, "--config", str(config)], leg, env)

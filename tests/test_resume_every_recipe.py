@@ -28,6 +28,8 @@ TEXT = ["--data.seq_len", "64", "--data.batch_size", "8"]
 def _runner(args: list[str], cwd: Path, env: dict[str, str]) -> int:
     res = run_cli(args, cwd=cwd, env=env)
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    if res.returncode not in (0, -9):
+        print(res.stderr[-2000:])  # the run's one-line error, shown with the failure
     return res.returncode
 
 

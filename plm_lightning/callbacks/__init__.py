@@ -1,6 +1,6 @@
 """Lightning callbacks and plugins: throughput/MFU, atomic checkpoint writes, a metrics file for sweeps, training samples,
-the progress bar, the model summary, fault injection for resume tests and a log of the
-rows each rank trained on."""
+the progress bar, the model summary, fault injection for resume tests, a log of the
+rows each rank trained on and a check that every parameter trains (what DDP requires)."""
 
 from plm_lightning.callbacks.batch_log import BatchLog
 from plm_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
@@ -10,6 +10,7 @@ from plm_lightning.callbacks.progress import ProgressBar
 from plm_lightning.callbacks.samples import TrainingSamples
 from plm_lightning.callbacks.summary import ModelSummary
 from plm_lightning.callbacks.throughput import ThroughputMFU, measure_matmul_flops
+from plm_lightning.callbacks.unused_parameters import UnusedParameters
 
 __all__ = ["AtomicCheckpointIO", "BatchLog", "MetricsFile", "ModelSummary", "ProgressBar", "SigkillAtStep", "ThroughputMFU",
-           "TrainingSamples", "measure_matmul_flops"]
+           "TrainingSamples", "UnusedParameters", "measure_matmul_flops"]

@@ -53,7 +53,7 @@ class BARTCollator:
             noised.append(bart_noise(row, words, sentences, self.noise, np.random.default_rng(int(key)), self.mask_id,
                                      self.random_ids))
         labels = pad_rows(targets, IGNORE_INDEX)
-        decoder_inputs = shift_right(pad_rows(targets, self.pad_id).numpy(), self.eos_id)
+        decoder_inputs = shift_right(labels.numpy(), self.eos_id, self.pad_id)
         return {"input_ids": pad_rows([x.source for x in noised], self.pad_id),
                 "attention_mask": length_mask([x.source for x in noised]), "labels": labels,
                 "decoder_input_ids": torch.from_numpy(decoder_inputs), "decoder_attention_mask": labels != IGNORE_INDEX,

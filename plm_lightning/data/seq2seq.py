@@ -28,10 +28,16 @@ from plm_lightning.data.packing import PackingMode
 from plm_lightning.errors import ConfigError
 
 
-def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
-    """Teacher-forcing decoder input: ``[start, t_0, ..., t_{m-2}]``."""
+def shift_right(targets: np.ndarray, start_id: int, pad_id: int | None = None) -> np.ndarray:
+    """Teacher-forcing decoder input: ``[start, t_0, ..., t_{m-2}]``. With ``pad_id``, ``targets`` are rows padded
+    with ``IGNORE_INDEX`` and the input is ``pad_id`` wherever the target is padding (so a row's decoder input does
+    not depend on how far its batch pads it: without, the last target would follow into the first padded place)."""
+    padding = targets == IGNORE_INDEX
+    source = targets if pad_id is None else np.where(padding, pad_id, targets)
     out = np.full_like(targets, start_id)
-    out[:, 1:] = targets[:, :-1]
+    out[:, 1:] = source[:, :-1]
+    if pad_id is not None:
+        out[padding] = pad_id
     return out
 
 
@@ -86,7 +92,7 @@ class SpanCorruptionCollator:
         targets = np.full((len(pairs), m), IGNORE_INDEX, dtype=np.int64)
         for row, (i, t) in enumerate(pairs):
             inputs[row, : len(i)], targets[row, : len(t)] = i, t
-        decoder_inputs = shift_right(np.where(targets == IGNORE_INDEX, self.pad_id, targets), self.decoder_start_id)
+        decoder_inputs = shift_right(targets, self.decoder_start_id, self.pad_id)
         out = {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(inputs != self.pad_id),
                "labels": torch.from_numpy(targets), "decoder_input_ids": torch.from_numpy(decoder_inputs),
                "decoder_attention_mask": torch.from_numpy(targets != IGNORE_INDEX)}
