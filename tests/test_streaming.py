@@ -45,6 +45,9 @@ def test_streamed_blocks_are_the_packed_blocks_field_by_field(tmp_path):
     assert len(streamed) == len(local) == 150
     for i in range(len(streamed)):
         got, want = streamed[i], local[i]
+        # ``position`` (a sample's place in the epoch's global order, which UniLM's per-global-batch LM reads) is
+        # known to the map-style sampler only; a stream's order is litdata's, per worker
+        assert want.pop("position") == i and "position" not in got
         assert got.keys() == want.keys()
         for key, value in want.items():
             if isinstance(value, np.ndarray):
