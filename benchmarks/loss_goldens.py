@@ -23,12 +23,11 @@ from benchmarks.loss_compare import step_losses, subprocess_runner
 
 
 def run_losses(recipe: Path, args: Sequence[str], steps: int, workdir: Path) -> dict[int, float]:
-    """``{step: loss}`` of ``steps`` training steps of ``recipe`` (without checkpoints)."""
+    """``{step: loss}`` of ``steps`` training steps of ``recipe``."""
     workdir.mkdir(parents=True, exist_ok=True)
     metrics = workdir / "metrics.jsonl"
     code = subprocess_runner(["fit", "--config", str(recipe), "--trainer.max_steps", str(steps),
-                              "--trainer.log_every_n_steps", "1", "--trainer.enable_checkpointing", "false",
-                              *args], workdir, {"PLM_LIGHTNING_METRICS_FILE": str(metrics)})
+                              "--trainer.log_every_n_steps", "1", *args], workdir, {"PLM_LIGHTNING_METRICS_FILE": str(metrics)})
     if code != 0:
         raise RuntimeError(f"{recipe.stem}: the run failed (exit {code})")
     return step_losses(metrics)
