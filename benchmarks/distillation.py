@@ -15,6 +15,7 @@ import torch
 
 from benchmarks.common import interleaved_timing, step_parser
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.objectives import DistilBERT, MaskedLM
 
 
@@ -43,7 +44,7 @@ def main() -> None:
     def forward(model: MaskedLM):  # noqa: ANN202
         def run() -> None:
             with torch.inference_mode():
-                model.backbone(ids, mask)
+                model.backbone(ids, StackInputs(attention_mask=mask))
         return run
 
     def count(model: torch.nn.Module) -> int:

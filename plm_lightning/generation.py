@@ -18,6 +18,7 @@ from torch import Tensor
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.attention import LayerCache
 from plm_lightning.nn.masks import prefix_lm_mask
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.nn.xl_stack import XLStack
 
 Strategy = Literal["greedy", "sample", "beam"]
@@ -83,7 +84,7 @@ class Decoding:
         """The decoder's first tokens: the prompt itself (causal LM) or ``start_id`` (encoder-decoder)."""
         backbone = self.model.backbone
         if hasattr(backbone, "encoder"):
-            self.encoder_out = backbone.encoder(input_ids, attention_mask).last_hidden_state
+            self.encoder_out = backbone.encoder(input_ids, StackInputs(attention_mask=attention_mask)).last_hidden_state
             self.encoder_mask = attention_mask
             return torch.full((input_ids.shape[0], 1), start_id, dtype=input_ids.dtype, device=input_ids.device)
         if not bool(attention_mask.all()):
@@ -105,8 +106,8 @@ class Decoding:
         decoder = self._decoder()
         if isinstance(decoder, XLStack):  # Transformer-XL: its segment memory (hidden states of every earlier token)
             tokens = sequence[:, -new:] if self.use_cache else sequence  # is the cache (Dai et al. 2019, sec. 3.2)
-            out = decoder(tokens, memory=self.memory if self.use_cache else None,
-                          mem_len=sequence.shape[1] if self.use_cache else 0)
+            out = decoder(tokens, StackInputs(memory=self.memory if self.use_cache else None,
+                                              memory_length=sequence.shape[1] if self.use_cache else 0))
             self.memory = out.memory
             return self.model.lm_head(out.last_hidden_state[:, -1]).float()
         if self.use_cache and self.cache is None:
@@ -123,7 +124,7 @@ class Decoding:
         if self.prefix is not None and tokens.shape[1] == sequence.shape[1]:  # the prompt's tokens see each other
             prefix = torch.full((sequence.shape[0],), self.prefix, device=sequence.device)
             kwargs.update(mask=prefix_lm_mask(prefix, sequence.shape[1]), causal=False)
-        out = decoder(tokens, mask, cache=self.cache if self.use_cache else None, **kwargs)
+        out = decoder(tokens, StackInputs(attention_mask=mask, cache=self.cache if self.use_cache else None, **kwargs))
         hidden = out.last_hidden_state[:, -1]
         cfg = self.model.config
         if self.encoder_out is not None and cfg.tie_word_embeddings and cfg.tied_output_scaling:

@@ -23,6 +23,7 @@ from plm_lightning.nn import (
     sliding_window_mask,
 )
 from plm_lightning.nn.positions import RotaryEmbedding
+from plm_lightning.nn.stack_inputs import StackInputs
 from tests.conftest import ATTENTION_CASES, attention_case
 
 
@@ -67,8 +68,8 @@ def test_packed_documents_never_attend_across_boundaries():
     docs = torch.tensor([[0] * 6 + [1] * 10])
     y = x.clone()
     y[0, 6:] = torch.randint(5, cfg.vocab_size, (10,))  # rewrite document 1 entirely
-    a = model(x, mask=document_mask(docs)).last_hidden_state
-    b = model(y, mask=document_mask(docs)).last_hidden_state
+    a = model(x, StackInputs(mask=document_mask(docs))).last_hidden_state
+    b = model(y, StackInputs(mask=document_mask(docs))).last_hidden_state
     assert torch.allclose(a[:, :6], b[:, :6], atol=1e-6)  # document 0 cannot see document 1
     m = document_mask(docs)[0, 0]
     assert not m[:6, 6:].any() and not m[6:, :6].any() and m[:6, :6].all()
@@ -250,8 +251,8 @@ def test_unpadding_matches_the_padded_computation(sparse):
     batch.pop("token_type_ids")
     real = batch["attention_mask"].bool()
     with torch.no_grad():
-        a = unpadded.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
-        b = padded.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        a = unpadded.backbone(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"])).last_hidden_state
+        b = padded.backbone(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"])).last_hidden_state
     assert torch.allclose(a[real], b[real], atol=1e-5) and not a[~real].any()
     for module in (unpadded, padded):
         module.compute_loss(batch)["loss"].backward()
@@ -270,8 +271,8 @@ def test_unpadded_hidden_states_are_padded_on_demand():
     batch = _loss_batch()
     real = batch["attention_mask"].bool()
     with torch.no_grad():
-        a = unpadded(batch["input_ids"], batch["attention_mask"])
-        b = padded(batch["input_ids"], batch["attention_mask"])
+        a = unpadded(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"]))
+        b = padded(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"]))
     assert any(a.unpadded) and len(a.hidden_states) == len(b.hidden_states) == cfg.num_layers + 1
     for x, y in zip(a.hidden_states, b.hidden_states):
         assert x.shape == y.shape and torch.allclose(x[real], y[real], atol=1e-5)

@@ -13,6 +13,7 @@ from plm_lightning.data.continuum import ContinuumCollator, check_continuum
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Encoder
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.objectives import CausalLM
 
 SPECIAL = np.array([0, 1, 2, 3, 4])  # pad, eos, ..., mask = 4
@@ -91,7 +92,7 @@ def test_end_point_losses_are_the_causal_and_the_bidirectional_mlm_losses() -> N
         ours = model.compute_loss(batch)["loss"]
         encoder = Encoder(model.config).eval()  # the same blocks with an encoder's (bidirectional) mask
         encoder.load_state_dict(model.backbone.state_dict())
-        hidden = encoder(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        hidden = encoder(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"])).last_hidden_state
         labels = batch["labels"]
         logits = model.lm_head(hidden)[labels != IGNORE_INDEX]
         mlm = torch.nn.functional.cross_entropy(logits.float(), labels[labels != IGNORE_INDEX])
@@ -128,7 +129,7 @@ def test_fine_tuning_reads_the_input_as_the_pretrained_prefix(fraction, causal, 
     ids = torch.randint(10, 100, (1, 12))
     changed = ids.clone()
     changed[0, -1] = 5  # the last token: a causal first position never sees it, a bidirectional one does
-    first = [model.backbone(x, torch.ones_like(x)).last_hidden_state[0, 0] for x in (ids, changed)]
+    first = [model.backbone(x, StackInputs(attention_mask=torch.ones_like(x))).last_hidden_state[0, 0] for x in (ids, changed)]
     assert torch.equal(first[0], first[1]) is causal
     from plm_lightning.interop.task_heads import finetuned_to_hf
 
@@ -171,7 +172,7 @@ def test_a_prefix_lm_is_prompted_and_continues_with_the_prompt_as_its_prefix(tmp
         with torch.no_grad():
             shapes = {"prefix": {"mask": prefix_lm_mask(torch.tensor([len(context)]), ids.shape[1]), "causal": False},
                       "causal": {}}
-            logprobs = {k: scorer.model.lm_head(scorer.model.backbone(ids, **v).last_hidden_state[0]).log_softmax(-1)
+            logprobs = {k: scorer.model.lm_head(scorer.model.backbone(ids, StackInputs(**v)).last_hidden_state[0]).log_softmax(-1)
                         for k, v in shapes.items()}
         expected = {k: float(v[len(context) - 1:-1].gather(1, torch.tensor(cand)[:, None]).sum())
                     for k, v in logprobs.items()}

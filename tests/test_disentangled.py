@@ -12,6 +12,7 @@ from plm_lightning import ConfigError
 from plm_lightning.nn import BackboneConfig, Encoder
 from plm_lightning.nn.disentangled import DisentangledSelfAttention, log_bucket_position, relative_positions
 from plm_lightning.nn.layer_attention import LayerAttention
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.objectives import MaskedLM
 from tests.conftest import masked_batch
 
@@ -74,7 +75,7 @@ def test_relative_table_is_shared_and_v2_options_build():
     assert not any(hasattr(b.self_attn, "pos_key_proj") for b in enc.layers)  # shared with the content projections
     assert enc.embeddings.position is None  # no absolute positions at the input
     ids = torch.randint(0, 50, (2, 12))
-    out = enc(ids, torch.ones_like(ids)).last_hidden_state
+    out = enc(ids, StackInputs(attention_mask=torch.ones_like(ids))).last_hidden_state
     shifted = enc(torch.roll(ids, 1, dims=1)).last_hidden_state
     assert out.shape == (2, 12, 32) and not torch.allclose(out[:, 1:], shifted[:, 1:], atol=1e-3)
 

@@ -21,6 +21,7 @@ from plm_lightning.finetune import (
     TokenClassifier,
 )
 from plm_lightning.interop.io import export_checkpoint
+from plm_lightning.nn.stack_inputs import StackInputs
 from tests.conftest import tiny_pretrained
 
 HEADS = {"classification": (SequenceClassifier, ClassificationDataModule), "choice": (MultipleChoice, ChoiceDataModule),
@@ -182,10 +183,10 @@ def test_gpt_similarity_adds_the_representations_of_both_orders(checkpoints):
     assert swapped_ids == first[1] + [eos] + first[0] + [eos] or len(swapped_ids) == 48
     with torch.no_grad():
         logits, _ = model.step(batch)
-        one = pooled_states(model, model.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state,
-                            batch["attention_mask"])
-        two = pooled_states(model, model.backbone(batch["swapped_input_ids"], batch["swapped_attention_mask"])
-                            .last_hidden_state, batch["swapped_attention_mask"])
+        states = [model.backbone(batch[f"{p}input_ids"], StackInputs(attention_mask=batch[f"{p}attention_mask"]))
+                  .last_hidden_state for p in ("", "swapped_")]
+        one = pooled_states(model, states[0], batch["attention_mask"])
+        two = pooled_states(model, states[1], batch["swapped_attention_mask"])
         torch.testing.assert_close(logits, model.classifier(one + two))
     data.both_orders = None  # default: only GLUE's similarity tasks (mrpc, qqp, stsb) on a GPT tokenizer
     assert "swapped_input_ids" not in data.collate(rows)

@@ -14,6 +14,7 @@ from plm_lightning.finetune.transfer import (
     slanted_triangular,
     unfrozen_groups,
 )
+from plm_lightning.nn.stack_inputs import StackInputs
 from tests.conftest import tiny_pretrained
 
 
@@ -129,7 +130,7 @@ def test_gpt_auxiliary_lm_objective_adds_lambda_times_the_next_token_loss(tmp_pa
     with torch.no_grad():
         logits, total = model.step(batch)
         task = model.loss(logits, batch["labels"])
-        hidden = model.backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        hidden = model.backbone(batch["input_ids"], StackInputs(attention_mask=batch["attention_mask"])).last_hidden_state
         lm_logits = model.lm_head(hidden)[:, :-1]
         real = batch["attention_mask"].bool()
         keep = real[:, :-1] & real[:, 1:]

@@ -10,6 +10,7 @@ import torch
 
 from plm_lightning.nn import MultiHeadAttention, resolve_backend
 from plm_lightning.nn.attention import xformers_unusable_reason
+from plm_lightning.nn.stack_inputs import StackInputs
 from tests.conftest import ATTENTION_CASES, ROOT, attention_case, masked_batch, run_cli, seq2seq_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -74,8 +75,8 @@ def test_xformers_block_diagonal_path_equals_the_dense_sdpa_path_on_cuda(preset)
     documents[0, 20:], documents[1, 30:], documents[1, 50:] = 1, 1, 2
     real = attention.bool()
     with torch.no_grad():
-        a = dense(ids, attention, document_ids=documents).last_hidden_state
-        b = varlen(ids, attention, document_ids=documents).last_hidden_state
+        a = dense(ids, StackInputs(attention_mask=attention, document_ids=documents)).last_hidden_state
+        b = varlen(ids, StackInputs(attention_mask=attention, document_ids=documents)).last_hidden_state
     assert (a[real] - b[real]).abs().max().item() <= 1e-4
 
 

@@ -14,6 +14,7 @@ from plm_lightning.errors import ConfigError  # noqa: E402
 from plm_lightning.interop import export_checkpoint  # noqa: E402
 from plm_lightning.interop.fields import FIELDS, Fixed, Honoured, Inert  # noqa: E402
 from plm_lightning.interop.hf import config_from_hf  # noqa: E402
+from plm_lightning.nn.stack_inputs import text_inputs  # noqa: E402
 from plm_lightning.objectives import Seq2SeqLM  # noqa: E402
 from plm_lightning.objectives.loading import import_hf  # noqa: E402
 from tests.conftest import decoder_logits, seq2seq_batch  # noqa: E402
@@ -172,7 +173,7 @@ def _logits_both(model_type, hf, ours):
         mask = torch.ones_like(ids)
         with torch.no_grad():
             theirs = hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
-            out = ours.backbone(ids, mask, types, None, None)
+            out = ours.backbone(ids, text_inputs(ours.backbone, mask, types))
             return ours.lm_head(out.last_hidden_state), theirs, mask.bool()
     kind = {"gpt2": "gpt2", "roberta": "roberta"}.get(model_type, "bert")
     ids, mask, types = _inputs(kind)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from plm_lightning.data.corruption.salient_span import mask_salient_span, replace_span, salient_spans
 from plm_lightning.errors import ConfigError
+from plm_lightning.nn.stack_inputs import StackInputs
 from tests.conftest import ROOT, run_cli
 
 
@@ -178,7 +179,8 @@ def test_marginal_likelihood_is_the_sum_over_retrieved_documents(model, world_da
             for d in docs:
                 ids = torch.cat([query, d[1:]])[None]
                 types = torch.cat([torch.zeros(len(query)), torch.ones(len(d) - 1)]).long()[None]
-                hidden = model.backbone(ids, torch.ones_like(ids), types).last_hidden_state[0, : len(query)]
+                inputs = StackInputs(attention_mask=torch.ones_like(ids), ids={"token_type_ids": types})
+                hidden = model.backbone(ids, inputs).last_hidden_state[0, : len(query)]
                 logp = model.lm_head(hidden).log_softmax(-1)
                 chosen = labels != -100
                 log_py.append(logp[chosen].gather(1, labels[chosen][:, None]).sum())
@@ -234,7 +236,8 @@ def test_without_retrieval_the_reader_reads_the_null_document_alone(model, world
                 labels, chosen = batch["labels"][b][: len(query)], batch["labels"][b][: len(query)] != -100
                 ids = torch.cat([query, torch.tensor([world_data.tokenizer.ids["sep"]])])[None]  # x + the null body
                 types = torch.cat([torch.zeros(len(query)), torch.ones(1)]).long()[None]
-                hidden = model.backbone(ids, torch.ones_like(ids), types).last_hidden_state[0, : len(query)]
+                inputs = StackInputs(attention_mask=torch.ones_like(ids), ids={"token_type_ids": types})
+                hidden = model.backbone(ids, inputs).last_hidden_state[0, : len(query)]
                 logp = model.lm_head(hidden).log_softmax(-1)
                 totals.append(logp[chosen].gather(1, labels[chosen][:, None]).sum())
         assert out["loss"].item() == pytest.approx(-torch.stack(totals).mean().item(), rel=1e-4)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from plm_lightning.nn import Decoder, Encoder, get_preset
 from plm_lightning.nn.masks import causal_mask, combine, document_mask, padding_mask, sliding_window_mask
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.nn.varlen import Segments
 
 xformers_ops = pytest.importorskip("xformers.ops")
@@ -148,8 +149,8 @@ def test_stacks_on_the_xformers_path_equal_the_dense_sdpa_path(name, sparse, xfo
     real = attention.bool() if not sparse else attention.gather(1, output).bool()
     outs = []
     for model in (reference, varlen):
-        hidden = model(ids, attention, position_ids=positions, document_ids=documents,
-                       output_positions=output).last_hidden_state
+        hidden = model(ids, StackInputs(attention_mask=attention, position_ids=positions, document_ids=documents,
+                                        output_positions=output)).last_hidden_state
         hidden[real].square().sum().backward()
         outs.append(hidden.detach())
     assert torch.allclose(outs[0][real], outs[1][real], atol=1e-5)
@@ -169,7 +170,7 @@ def test_packed_rows_without_padding_attend_within_their_documents_only(xformers
     varlen.load_state_dict(reference.state_dict())
     ids, documents = torch.randint(1, 97, (2, 8)), torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1]])
     with torch.no_grad():
-        a = reference(ids, document_ids=documents).last_hidden_state
-        b = varlen(ids, document_ids=documents).last_hidden_state
+        a = reference(ids, StackInputs(document_ids=documents)).last_hidden_state
+        b = varlen(ids, StackInputs(document_ids=documents)).last_hidden_state
     assert torch.allclose(a, b, atol=1e-5)
     assert xformers_on_cpu == ["BlockDiagonalCausalMask"] * cfg.num_layers

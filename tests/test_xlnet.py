@@ -18,6 +18,7 @@ from plm_lightning.data.corruption.permutation import (
 )
 from plm_lightning.data.xlnet import PermutationLMCollator, xlnet_layout
 from plm_lightning.nn import get_preset
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.nn.xl_stack import XLStack
 from plm_lightning.objectives import PermutationLM
 from tests.conftest import ROOT, run_cli, spread_biases
@@ -144,8 +145,8 @@ def test_query_stream_never_reads_its_own_token_but_the_content_stream_does():
     changed = ids.clone()
     changed[0, t] = (changed[0, t] + 7) % 100
     with torch.no_grad():
-        a = model.backbone(ids, perm_mask=perm, target_positions=targets)
-        b = model.backbone(changed, perm_mask=perm, target_positions=targets)
+        a = model.backbone(ids, StackInputs(mask=~perm.bool(), output_positions=targets))
+        b = model.backbone(changed, StackInputs(mask=~perm.bool(), output_positions=targets))
     assert torch.allclose(a.query_state[0, 0], b.query_state[0, 0], atol=1e-6)  # g at t: blind to x_t
     assert not torch.allclose(a.last_hidden_state[0, t], b.last_hidden_state[0, t])  # h at t: sees x_t
     for row, i in enumerate(targets[0].tolist()[1:], start=1):  # the other targets: changed iff the order lets them see t
@@ -166,7 +167,7 @@ def test_memory_extends_the_context_exactly():
         whole.load_state_dict(stack.state_dict())
         full = whole(ids).last_hidden_state
         first = stack(ids[:, :12])
-        second = stack(ids[:, 12:], memory=first.memory)
+        second = stack(ids[:, 12:], StackInputs(memory=first.memory))
     assert torch.allclose(second.last_hidden_state, full[:, 12:], atol=1e-5)
     assert all(m.shape == (2, 12, cfg.hidden_size) and not m.requires_grad for m in second.memory)
 
@@ -201,7 +202,9 @@ def _inputs(batch: int = 2):
 
 def _ours_logits(model, ids, types, mask, perm, targets, memory=None):
     with torch.no_grad():
-        out = model.backbone(ids, mask, types, perm, targets, memory=memory)
+        inputs = StackInputs(attention_mask=mask, ids={} if types is None else {"token_type_ids": types},
+                             mask=None if perm is None else ~perm.bool(), output_positions=targets, memory=memory)
+        out = model.backbone(ids, inputs)
         return model.lm_head(out.query_state if targets is not None else out.last_hidden_state), out
 
 

@@ -29,6 +29,7 @@ import torch
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.masks import prefix_lm_mask
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.objectives.loading import reads_bidirectionally
 
 Normalization = Literal["none", "token", "char"]
@@ -168,7 +169,7 @@ class PromptScorer:
             ids = torch.tensor([[*context, *cand]])
             shape = {"mask": prefix_lm_mask(torch.tensor([len(context)]), ids.shape[1]), "causal": False} \
                 if self.prefix_lm else {}
-            hidden = self.model.backbone(ids, **shape).last_hidden_state[0, len(context) - 1: -1]
+            hidden = self.model.backbone(ids, StackInputs(**shape)).last_hidden_state[0, len(context) - 1: -1]
             logits = self.model.lm_head(hidden)
         logprobs = logits.float().log_softmax(-1)
         return float(logprobs.gather(1, torch.tensor(cand)[:, None]).sum()), len(cand)

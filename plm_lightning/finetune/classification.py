@@ -20,6 +20,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import ENCODERS, FinetuneModule
 from plm_lightning.finetune.transfer import Transfer
 from plm_lightning.nn import Pooler
+from plm_lightning.nn.stack_inputs import text_inputs
 
 
 def last_token_states(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -73,7 +74,7 @@ def sequence_states(module: Any, input_ids: Tensor, attention_mask: Tensor | Non
     """The last hidden states the head reads: the backbone's, or for an encoder-decoder the decoder's with the same
     text on both sides, shifted right from the decoder's start token (BART, Lewis et al. 2020, sec. 3.1)."""
     if not hasattr(module.backbone, "decoder"):
-        return module.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return module.backbone(input_ids, text_inputs(module.backbone, attention_mask, token_type_ids)).last_hidden_state
     start = torch.full_like(input_ids[:, :1], module.decoder_start_id)
     decoder_ids = torch.cat([start, input_ids[:, :-1]], dim=1)
     _, decoded = module.backbone(input_ids, decoder_ids, attention_mask, attention_mask)
@@ -245,7 +246,7 @@ class MultipleChoice(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
                 num_choices: int) -> Tensor:
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.backbone(input_ids, text_inputs(self.backbone, attention_mask, token_type_ids)).last_hidden_state
         return self.scores(hidden, attention_mask, num_choices)
 
     def scores(self, hidden: Tensor, attention_mask: Tensor | None, num_choices: int) -> Tensor:
@@ -253,7 +254,7 @@ class MultipleChoice(FinetuneModule):
 
     def step(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
         ids, mask = batch["input_ids"], batch.get("attention_mask")
-        hidden = self.backbone(ids, mask, batch.get("token_type_ids")).last_hidden_state
+        hidden = self.backbone(ids, text_inputs(self.backbone, mask, batch.get("token_type_ids"))).last_hidden_state
         logits = self.scores(hidden, mask, batch["num_choices"])
         loss = F.cross_entropy(logits.float(), batch["labels"])
         if self.lm_head is not None:

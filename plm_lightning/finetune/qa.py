@@ -19,6 +19,7 @@ from torchmetrics.text import SQuAD
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import FinetuneModule
 from plm_lightning.finetune.transfer import Transfer
+from plm_lightning.nn.stack_inputs import text_inputs
 
 
 class SQuADScore(SQuAD):
@@ -80,7 +81,7 @@ class SpanExtractor(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.backbone(input_ids, text_inputs(self.backbone, attention_mask, token_type_ids)).last_hidden_state
         start, end = self.qa_outputs(hidden).float().unbind(-1)
         return start, end
 

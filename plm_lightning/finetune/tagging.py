@@ -15,6 +15,7 @@ from plm_lightning.finetune.base import FinetuneModule
 from plm_lightning.finetune.metrics import tagging_metrics
 from plm_lightning.finetune.tagging_data import IGNORE
 from plm_lightning.finetune.transfer import Transfer
+from plm_lightning.nn.stack_inputs import text_inputs
 
 
 class TokenClassifier(FinetuneModule):
@@ -60,7 +61,7 @@ class TokenClassifier(FinetuneModule):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> Tensor:
-        hidden = self.backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.backbone(input_ids, text_inputs(self.backbone, attention_mask, token_type_ids)).last_hidden_state
         return self.classifier(self.dropout(hidden))
 
     def step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:

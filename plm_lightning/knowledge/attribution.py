@@ -27,6 +27,7 @@ from torch import Tensor
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.editing import answer_log_probs
 from plm_lightning.knowledge.lm import LanguageModel, Query
+from plm_lightning.nn.stack_inputs import StackInputs
 
 METHODS = ("tracin", "embedding", "bm25")
 
@@ -49,7 +50,7 @@ def _pooled(lm: LanguageModel, texts: Sequence[str], batch_size: int = 32) -> Te
     for start in range(0, len(texts), batch_size):
         queries = [lm.query(t) for t in texts[start: start + batch_size]]
         ids, mask, _ = lm.batch(queries)
-        hidden = lm.backbone(ids, mask).last_hidden_state
+        hidden = lm.backbone(ids, StackInputs(attention_mask=mask)).last_hidden_state
         out.append((hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
     return torch.cat(out)
 

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.lm import ModelView, Query
+from plm_lightning.nn.stack_inputs import StackInputs
 
 CLOZE_OBJECTIVES = ("Seq2SeqLM", "PermutationLM")
 
@@ -85,7 +86,8 @@ class ClozeReader(ModelView):
             perm_mask[rows, :, positions] = True  # nobody's content stream sees the slot
             types = torch.zeros_like(ids)
             types[rows, mask.sum(1) - 1] = 2  # <cls>'s own segment, as in the training rows
-            out = self.module.backbone(ids, mask, types, perm_mask, positions[:, None])
+            out = self.module.backbone(ids, StackInputs(attention_mask=mask, ids={"token_type_ids": types}, mask=~perm_mask,
+                                                         output_positions=positions[:, None]))
             return self.module.lm_head(out.query_state[:, 0])
         decoder, decoder_mask = _padded([q.decoder_ids for q in queries], pad, self.device)
         hidden = self.module.decode({"input_ids": ids, "attention_mask": mask, "decoder_input_ids": decoder,

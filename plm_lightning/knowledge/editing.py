@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.lm import LanguageModel, Query
+from plm_lightning.nn.stack_inputs import StackInputs
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def mlp_keys(lm: LanguageModel, layer: int, queries: Sequence[Query]) -> Tensor:
     try:
         with torch.no_grad():
             ids, mask, _ = lm.batch(list(queries))
-            lm.backbone(ids, mask)
+            lm.backbone(ids, StackInputs(attention_mask=mask))
     finally:
         hook.remove()
     return captured[0][torch.arange(len(queries)), _last_subject(queries).to(lm.device)]
@@ -166,7 +167,8 @@ def answer_log_probs(lm: LanguageModel, queries: Sequence[Query], answer_ids: Se
     maps (ids, mask) to the last hidden states (default: the model's own; editors pass one with edited weights)."""
     full = [Query(q.ids + tuple(answer_ids[:-1]), q.position, tuple(answer_ids), q.subject_span) for q in queries]
     ids, mask, positions = lm.batch(full)
-    hidden = backbone(ids, mask) if backbone else lm.backbone(ids, mask).last_hidden_state
+    hidden = (backbone(ids, mask) if backbone else
+              lm.backbone(ids, StackInputs(attention_mask=mask)).last_hidden_state)
     steps = torch.arange(len(answer_ids), device=ids.device)
     at = hidden[torch.arange(len(full), device=ids.device)[:, None], positions[:, None] + steps[None]]
     logp = lm.logits(at).float().log_softmax(-1)
@@ -274,7 +276,7 @@ def optimise_shifts(lm: LanguageModel, requests: Sequence[EditRequest], contexts
     probes = [module.register_forward_hook(record(m)) for m, module in enumerate(scale_from or modules)]
     try:
         with torch.no_grad():
-            hidden = lm.backbone(ids, mask).last_hidden_state
+            hidden = lm.backbone(ids, StackInputs(attention_mask=mask)).last_hidden_state
             reference = lm.logits(hidden[index[n:], positions[n:]]).float().log_softmax(-1)
     finally:
         for probe in probes:
@@ -284,7 +286,7 @@ def optimise_shifts(lm: LanguageModel, requests: Sequence[EditRequest], contexts
     hooks = [module.register_forward_hook(shift(m)) for m, module in enumerate(modules)]
     try:
         for _ in range(config.steps):
-            hidden = lm.backbone(ids, mask).last_hidden_state
+            hidden = lm.backbone(ids, StackInputs(attention_mask=mask)).last_hidden_state
             logp = lm.logits(hidden[index[:n, None], at_rows]).float().log_softmax(-1)
             row_nll = -(logp.gather(2, target[..., None])[..., 0] * valid).sum(1)
             nll = share @ row_nll  # [requests]

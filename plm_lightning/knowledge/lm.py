@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.nn.stack_inputs import StackInputs
 
 LM_OBJECTIVES = ("CausalLM", "MaskedLM", "DistilBERT", "ELECTRA")
 """Objectives with a vocabulary head on one stack at the answer slot (ELECTRA: its generator, an MLM; the
@@ -143,7 +144,7 @@ class LanguageModel(ModelView):
     # -- forward --------------------------------------------------------------------------------------------------
     def hidden_states(self, ids: Tensor, attention_mask: Tensor | None = None) -> tuple[Tensor, ...]:
         """Embedding output and every layer's output, ``[B, L, H]`` each (the last after the final norm)."""
-        return self.backbone(ids, attention_mask).hidden_states
+        return self.backbone(ids, StackInputs(attention_mask=attention_mask)).hidden_states
 
     def logits(self, hidden: Tensor, layer: int | None = None) -> Tensor:
         """Vocabulary logits of ``hidden``; from an intermediate ``layer`` of a pre-norm stack the final norm is applied
@@ -155,7 +156,7 @@ class LanguageModel(ModelView):
 
     def answer_logits(self, ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
         """Logits ``[B, V]`` at the answer positions from the last layer."""
-        hidden = self.backbone(ids, attention_mask).last_hidden_state
+        hidden = self.backbone(ids, StackInputs(attention_mask=attention_mask)).last_hidden_state
         return self.logits(hidden[torch.arange(len(positions), device=ids.device), positions])
 
     def answer_probabilities(self, queries: list[Query], batch_size: int = 64) -> Tensor:

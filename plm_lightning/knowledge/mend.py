@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from plm_lightning.errors import ConfigError
 from plm_lightning.knowledge.editing import Editor, EditRequest, answer_log_probs, edit_examples
 from plm_lightning.knowledge.lm import LanguageModel, Query
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.progress import progress_bar
 
 
@@ -172,7 +173,11 @@ def _edited_backbone(lm: LanguageModel, updates: dict[str, Tensor]):  # noqa: AN
     the updates; the model itself is untouched)."""
     params = dict(lm.module.named_parameters())
     weights = {name.removeprefix("backbone."): params[name] + delta for name, delta in updates.items()}
-    return lambda ids, mask: torch.func.functional_call(lm.backbone, weights, (ids, mask)).last_hidden_state
+    def run(ids: Tensor, mask: Tensor) -> Tensor:
+        inputs = StackInputs(attention_mask=mask)
+        return torch.func.functional_call(lm.backbone, weights, (ids, inputs)).last_hidden_state
+
+    return run
 
 
 def _locality_kl(lm: LanguageModel, texts: Sequence[str], updates: dict[str, Tensor], max_tokens: int = 64) -> Tensor:
@@ -180,7 +185,8 @@ def _locality_kl(lm: LanguageModel, texts: Sequence[str], updates: dict[str, Ten
     queries = [Query(tuple([lm.tokenizer.ids["eos"], *lm.encode(t)][:max_tokens]), 0, ()) for t in texts]
     ids, mask, _ = lm.batch(queries)
     with torch.no_grad():
-        reference = lm.logits(lm.backbone(ids, mask).last_hidden_state).float().log_softmax(-1)
+        hidden = lm.backbone(ids, StackInputs(attention_mask=mask)).last_hidden_state
+        reference = lm.logits(hidden).float().log_softmax(-1)
     edited = lm.logits(_edited_backbone(lm, updates)(ids, mask)).float().log_softmax(-1)
     kl = (reference.exp() * (reference - edited)).sum(-1)
     return (kl * mask).sum() / len(texts)

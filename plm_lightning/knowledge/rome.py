@@ -45,6 +45,7 @@ from plm_lightning.knowledge.editing import (
     prefixed_queries,
 )
 from plm_lightning.knowledge.lm import LanguageModel
+from plm_lightning.nn.stack_inputs import StackInputs
 
 
 def _model_digest(lm: LanguageModel) -> str:
@@ -234,7 +235,7 @@ def _block_output(lm: LanguageModel, layer: int, queries: list) -> Tensor:
     hook = lm.block(layer).register_forward_hook(lambda _m, _i, out: captured.append(out.detach()))
     try:
         ids, mask, _ = lm.batch(queries)
-        lm.backbone(ids, mask)
+        lm.backbone(ids, StackInputs(attention_mask=mask))
     finally:
         hook.remove()
     last = torch.tensor([q.subject_span[1] - 1 for q in queries], device=lm.device)

@@ -18,6 +18,7 @@ from plm_lightning.nn.masks import (
 from plm_lightning.nn.norms import RMSNorm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding, relative_position_bucket, sinusoidal_table
 from plm_lightning.nn.recurrent import AttentionalDecoder, BiLM, CharCNNEncoder, Highway, ScalarMix
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.nn.xl_relative import RelativeSelfAttention, XLRelative, relative_sinusoids
 from plm_lightning.nn.xl_stack import XLOutput, XLStack
 
@@ -25,7 +26,7 @@ __all__ = [
     "AttentionalDecoder", "BackboneConfig", "BackboneOutput", "BiLM", "CharCNNEncoder", "Decoder", "Embeddings",
     "Encoder", "EncoderDecoder", "FeedForward", "Highway", "LMHead", "MultiHeadAttention", "PRESETS", "Pooler",
     "RMSNorm", "RelativePositionBias", "RelativeSelfAttention", "RotaryEmbedding", "ScalarMix", "SentenceHead",
-    "SpanBoundaryHead", "TransformerBlock", "TransformerStack", "XLOutput", "XLRelative", "XLStack", "causal_mask",
+    "SpanBoundaryHead", "StackInputs", "TransformerBlock", "TransformerStack", "XLOutput", "XLRelative", "XLStack", "causal_mask",
     "combine", "document_mask", "get_preset", "init_weights", "padding_mask", "prefix_lm_mask",
     "relative_position_bucket", "relative_sinusoids", "resolve_backend", "sinusoidal_table", "sliding_window_mask",
 ]

@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.nn.attention import resolve_backend
-from plm_lightning.nn.layer_attention import LayerAttention, LayerCache
+from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.nn.masks import combine, document_mask, padding_mask, sliding_window_mask
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.nn.unpad import Unpadding
 from plm_lightning.nn.varlen import Segments
 
@@ -59,13 +60,10 @@ class AttentionPlan:
                                                self.layers[i].segments is not None)
 
 
-def plan_attention(stack: nn.Module, input_ids: Tensor, num_layers: int, attention_mask: Tensor | None = None,
-                   mask: Tensor | None = None, causal: bool = False, document_ids: Tensor | None = None,
-                   position_ids: Tensor | None = None, output_positions: Tensor | None = None,
-                   cache: list[LayerCache] | None = None, encoder_out: Tensor | None = None,
-                   encoder_attention_mask: Tensor | None = None) -> AttentionPlan:
+def plan_attention(stack: nn.Module, input_ids: Tensor, num_layers: int, inputs: StackInputs,
+                   causal: bool) -> AttentionPlan:
     """The plan of ``num_layers`` layers of ``stack`` (a ``TransformerStack``: its config, rotary tables, T5 bias
-    and DeBERTa's relative table) for this batch (arguments as in ``TransformerStack.forward``).
+    and DeBERTa's relative table) for this batch's ``inputs``, with the mask shape ``causal`` or not.
 
     Per layer: a global layer sees its whole mask, a local one (ModernBERT, Gemma-style alternation) the same mask
     cut to ``cfg.local_attention_window`` with its own rotary base; the stream layout is taken on xformers where the
@@ -74,47 +72,30 @@ def plan_attention(stack: nn.Module, input_ids: Tensor, num_layers: int, attenti
     ``output_positions`` when given, in the dense layout.
     """
     cfg, length, device = stack.cfg, input_ids.shape[1], input_ids.device
-    past = 0
-    if cache is not None:  # incremental decoding: input_ids are the new tokens after `past` cached ones
-        if cfg.unpad or stack.relative_embeddings is not None or (cfg.local_attention_window is not None
-                                                                  and not causal):
-            raise ValueError("the key-value cache serves dense or causal-banded, absolute / rotary / T5-bucket "
-                             "attention stacks")
-        past = cache[0].self_attn.length
-        if position_ids is None:
-            position_ids = torch.arange(past, past + length, device=device)[None]
-    if attention_mask is not None and bool(attention_mask.all()):
-        attention_mask = None  # no padding: let SDPA take its mask-free (and, if causal, is_causal) fast path
+    past, inputs = cached_positions(stack, inputs, length, causal, device)
+    if inputs.attention_mask is not None and bool(inputs.attention_mask.all()):
+        inputs = inputs.but(attention_mask=None)  # no padding: SDPA's mask-free (and, if causal, is_causal) path
     positions = cfg.max_position_embeddings - cfg.position_offset
     if past + length > positions and cfg.position_embedding in ("learned", "sinusoidal"):
         raise ValueError(f"sequence length {past + length} exceeds the {positions} positions of "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
-    segments = (stream_segments(stack, attention_mask, document_ids, mask, causal, input_ids)
-                if cache is None and encoder_out is None else None)
+    segments = (stream_segments(stack, inputs.attention_mask, inputs.document_ids, inputs.mask, causal, input_ids)
+                if inputs.cache is None and inputs.encoder_out is None else None)
     window = cfg.local_attention_window
     global_mask = local_mask = None
-    if segments is None or output_positions is not None or (window is not None and not causal):
-        documents = document_mask(document_ids) if document_ids is not None else None
-        global_mask = local_mask = combine(padding_mask(attention_mask) if attention_mask is not None else None,
-                                           mask, documents)
-        if window is not None:
-            local_mask = combine(global_mask, sliding_window_mask(length, window, causal, device,
-                                                                  key_length=past + length))
-    global_rope = local_rope = None
-    if stack.rotary is not None:
-        angles_at = position_ids if position_ids is not None else torch.arange(length, device=device)
-        global_rope = local_rope = stack.rotary(angles_at)
-        if stack.local_rotary is not None:
-            local_rope = stack.local_rotary(angles_at)
+    if segments is None or inputs.output_positions is not None or (window is not None and not causal):
+        global_mask, local_mask = dense_masks(inputs, window, causal, length, past, device)
+    global_rope, local_rope = rotary_angles(stack, inputs.position_ids, length, device)
     unpadding = None
-    if (cfg.unpad or segments is not None) and attention_mask is not None and encoder_out is None:
-        unpadding = Unpadding.from_attention_mask(attention_mask)
+    if (cfg.unpad or segments is not None) and inputs.attention_mask is not None and inputs.encoder_out is None:
+        unpadding = Unpadding.from_attention_mask(inputs.attention_mask)
     common = LayerAttention(
         position_bias=(stack.relative_bias(length, past + length, device, query_offset=past)
                        if stack.relative_bias is not None else None),
         relative=stack.relative_inputs(length, device), unpadding=unpadding,
-        cross=None if encoder_out is None else LayerAttention(
-            kv=encoder_out, mask=padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None))
+        cross=None if inputs.encoder_out is None else LayerAttention(
+            kv=inputs.encoder_out, mask=(padding_mask(inputs.encoder_attention_mask)
+                                         if inputs.encoder_attention_mask is not None else None)))
     dense = (replace(common, mask=global_mask, is_causal=causal, rope=global_rope),
              replace(common, mask=local_mask, rope=local_rope))
     stream: tuple[LayerAttention | None, LayerAttention | None] = (None, None)
@@ -125,18 +106,65 @@ def plan_attention(stack: nn.Module, input_ids: Tensor, num_layers: int, attenti
                                 rope=stream_angles(local_rope, like_rows, unpadding))
                         if window is not None and causal else None)
         stream = (global_stream, local_stream)
+    layers = layer_plans(cfg, num_layers, dense, stream, inputs)
+    return AttentionPlan(layers, inputs.position_ids, unpadding)
+
+
+def cached_positions(stack: nn.Module, inputs: StackInputs, length: int, causal: bool,
+                     device: torch.device) -> tuple[int, StackInputs]:
+    """(tokens already cached, ``inputs`` with positions counted after them when decoding incrementally)."""
+    if inputs.cache is None:
+        return 0, inputs
+    cfg = stack.cfg
+    if cfg.unpad or stack.relative_embeddings is not None or (cfg.local_attention_window is not None
+                                                              and not causal):
+        raise ValueError("the key-value cache serves dense or causal-banded, absolute / rotary / T5-bucket "
+                         "attention stacks")
+    past = inputs.cache[0].self_attn.length
+    if inputs.position_ids is None:
+        inputs = inputs.but(position_ids=torch.arange(past, past + length, device=device)[None])
+    return past, inputs
+
+
+def dense_masks(inputs: StackInputs, window: int | None, causal: bool, length: int, past: int,
+                device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+    """(global, local) boolean masks: padding, documents and the further mask; the local one cut to ``window``."""
+    documents = document_mask(inputs.document_ids) if inputs.document_ids is not None else None
+    padding = padding_mask(inputs.attention_mask) if inputs.attention_mask is not None else None
+    global_mask = local_mask = combine(padding, inputs.mask, documents)
+    if window is not None:
+        local_mask = combine(global_mask, sliding_window_mask(length, window, causal, device,
+                                                              key_length=past + length))
+    return global_mask, local_mask
+
+
+def rotary_angles(stack: nn.Module, position_ids: Tensor | None, length: int,
+                  device: torch.device) -> tuple[tuple[Tensor, Tensor] | None, tuple[Tensor, Tensor] | None]:
+    """(global, local) rotary (cos, sin) at ``position_ids`` (default 0..length-1), or None without rotary."""
+    if stack.rotary is None:
+        return None, None
+    angles_at = position_ids if position_ids is not None else torch.arange(length, device=device)
+    rope = stack.rotary(angles_at)
+    return rope, stack.local_rotary(angles_at) if stack.local_rotary is not None else rope
+
+
+def layer_plans(cfg: object, num_layers: int, dense: tuple[LayerAttention, LayerAttention],
+                stream: tuple[LayerAttention | None, LayerAttention | None],
+                inputs: StackInputs) -> tuple[LayerAttention, ...]:
+    """Each layer's shape: its kind's (global / local) stream layout where there is one, else dense; the last
+    layer sparse at ``output_positions``; the cache's share of each block when decoding."""
     layers = []
     for i in range(num_layers):
         kind = 0 if cfg.is_global_layer(i) else 1
-        if i == num_layers - 1 and output_positions is not None:  # the sparse last layer reads padded rows
-            layer = replace(dense[kind], query_index=output_positions, unpadding=None)
+        if i == num_layers - 1 and inputs.output_positions is not None:  # the sparse last layer reads padded rows
+            layer = replace(dense[kind], query_index=inputs.output_positions, unpadding=None)
         else:
             layer = stream[kind] or dense[kind]
-        if cache is not None:
-            cross = None if layer.cross is None else replace(layer.cross, cache=cache[i].cross_attn)
-            layer = replace(layer, cache=cache[i], cross=cross)
+        if inputs.cache is not None:
+            cross = None if layer.cross is None else replace(layer.cross, cache=inputs.cache[i].cross_attn)
+            layer = replace(layer, cache=inputs.cache[i], cross=cross)
         layers.append(layer)
-    return AttentionPlan(tuple(layers), position_ids, unpadding)
+    return tuple(layers)
 
 
 def stream_segments(stack: nn.Module, attention_mask: Tensor | None, document_ids: Tensor | None,

@@ -17,10 +17,11 @@ from plm_lightning.nn.block import TransformerBlock
 from plm_lightning.nn.config import BackboneConfig
 from plm_lightning.nn.disentangled import ConvLayer, relative_positions
 from plm_lightning.nn.embeddings import Embeddings
-from plm_lightning.nn.layer_attention import LayerAttention, LayerCache
+from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.nn.masks import combine, padding_mask
 from plm_lightning.nn.norms import make_norm
 from plm_lightning.nn.positions import RelativePositionBias, RotaryEmbedding
+from plm_lightning.nn.stack_inputs import NO_INPUTS, StackInputs, check_inputs
 from plm_lightning.nn.unpad import Unpadding
 
 
@@ -83,49 +84,32 @@ class TransformerStack(nn.Module):
         """The blocks in application order (the same module repeated when layers are shared)."""
         return [self.layers[0 if self.cfg.layer_sharing == "all" else i] for i in range(self.cfg.num_layers)]
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        mask: Tensor | None = None,
-        causal: bool | None = None,
-        encoder_out: Tensor | None = None,
-        encoder_attention_mask: Tensor | None = None,
-        output_positions: Tensor | None = None,
-        num_blocks: int | None = None,
-        task_type_ids: Tensor | None = None,
-        cache: list[LayerCache] | None = None,
-        block_position_ids: Tensor | None = None,
-        token_embeds: Tensor | None = None,
-        document_ids: Tensor | None = None,
-    ) -> BackboneOutput:
-        """``attention_mask`` ``[B, L]`` marks real tokens; ``document_ids`` ``[B, L]`` the documents packed into each
-        row (a token sees only its own document's); ``mask`` is any further boolean mask (prefix, UniLM).
+    def input_keys(self) -> tuple[str, ...]:
+        """The id inputs of ``StackInputs.ids`` this stack reads: its embeddings' tables."""
+        return self.embeddings.input_keys()
+
+    def forward(self, input_ids: Tensor, inputs: StackInputs = NO_INPUTS) -> BackboneOutput:
+        """The stack on ``input_ids`` ``[B, L]`` with the batch's :class:`StackInputs` (padding, packed documents,
+        positions, the embeddings' id inputs, a further mask, the mask shape, sparse last-layer positions, the
+        encoder, the cache): read once into an :class:`AttentionPlan`, of which block ``i`` receives its share.
 
         On xformers, padding and packed documents are attended block-diagonally over one flat stream of the real
         tokens (``plm_lightning.nn.varlen``): no dense mask is built and no FLOP is spent on padding or across
-        documents. Elsewhere they are dense masks.
-
-        ``causal`` overrides the stack's default mask shape. ``output_positions`` ``[B, K]``: the last block computes
-        its output only at these positions (they still attend to every position), so ``last_hidden_state`` is
-        ``[B, K, H]``. Exact for a loss that reads only those positions (MLM: the masked ones, + [CLS] for NSP/SOP),
-        and it skips ~85% of the last layer's queries, output projection and feed-forward. ``num_blocks`` runs only
-        the first blocks (DeBERTa's Enhanced Mask Decoder re-runs the last one itself). ``token_embeds``: the token
-        table's rows for ``input_ids``, looked up by the caller.
+        documents. Elsewhere they are dense masks. With ``inputs.output_positions`` ``[B, K]`` the last block
+        computes its output only at these positions, so ``last_hidden_state`` is ``[B, K, H]``: exact for a loss
+        that reads only those positions (MLM: the masked ones, + [CLS] for NSP/SOP), and it skips ~85% of the last
+        layer's queries, output projection and feed-forward.
         """
-        blocks = self.blocks()[:num_blocks]
-        plan = plan_attention(self, input_ids, len(blocks), attention_mask, mask,
-                              self.causal if causal is None else causal, document_ids, position_ids,
-                              output_positions, cache, encoder_out, encoder_attention_mask)
-        embedded = self.embeddings(input_ids, token_type_ids, plan.position_ids, task_type_ids, block_position_ids,
-                                   token_embeds)
+        check_inputs(inputs)
+        blocks = self.blocks()[:inputs.num_blocks]
+        plan = plan_attention(self, input_ids, len(blocks), inputs,
+                              self.causal if inputs.causal is None else inputs.causal)
+        embedded = self.embeddings(input_ids, inputs.ids, plan.position_ids, inputs.token_embeds)
         x, hidden, unpadded = embedded, [embedded], [False]
         for i, block in enumerate(blocks):
             x = block(plan.enter(i, x), plan.layer(i))
             if i == 0 and self.conv is not None:
-                x = self.conv(embedded, x, attention_mask)
+                x = self.conv(embedded, x, inputs.attention_mask)
             hidden.append(x)
             unpadded.append(plan.unpadded(i))
         if self.final_norm is not None:
@@ -204,10 +188,10 @@ class EncoderDecoder(nn.Module):
             enc_tokens, dec_tokens = flat.split([input_ids.numel(), decoder_input_ids.numel()])
             enc_tokens = enc_tokens.view(*input_ids.shape, -1)
             dec_tokens = dec_tokens.view(*decoder_input_ids.shape, -1)
-        enc = self.encoder(input_ids, attention_mask, token_embeds=enc_tokens)
-        dec = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=enc.last_hidden_state,
-                           encoder_attention_mask=attention_mask if cross_attention_mask is None else cross_attention_mask,
-                           token_embeds=dec_tokens)
+        enc = self.encoder(input_ids, StackInputs(attention_mask=attention_mask, token_embeds=enc_tokens))
+        dec = self.decoder(decoder_input_ids, StackInputs(
+            attention_mask=decoder_attention_mask, encoder_out=enc.last_hidden_state, token_embeds=dec_tokens,
+            encoder_attention_mask=attention_mask if cross_attention_mask is None else cross_attention_mask))
         return enc, dec
 
 

@@ -3,6 +3,7 @@ ways two stacks share them (ELECTRA's generator and discriminator, DeBERTaV3's g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import torch
@@ -47,43 +48,69 @@ class Embeddings(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(dim, cfg.hidden_size) if dim != cfg.hidden_size else None
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, task_type_ids: Tensor | None = None,
-                block_position_ids: Tensor | None = None, token_embeds: Tensor | None = None) -> Tensor:
-        """``task_type_ids``: ``[B]`` (one task per sample) or ``[B, L]``; 0 when not given. ``block_position_ids``
-        ``[B, L]``: GLM's intra-span positions (0 when not given). ``token_embeds`` ``[B, L, E]``: the token table's
-        rows for ``input_ids`` looked up already (:class:`~plm_lightning.nn.backbone.EncoderDecoder` looks up both
+    per_row_inputs: tuple[str, ...] = ("task_type_ids",)
+    """Id inputs that are one per row when the batch has none (ERNIE 2.0's task of a sample)."""
+
+    def input_tables(self) -> dict[str, nn.Module]:
+        """The additive id tables by the batch key they read, in the order they are summed: GLM's intra-span
+        positions, segments, ERNIE 2.0's task types, then any added with :meth:`add_input`."""
+        tables = {"block_position_ids": self.block_position, "token_type_ids": self.segment,
+                  "task_type_ids": self.task}
+        extra = dict(self.extra_inputs.items()) if hasattr(self, "extra_inputs") else {}
+        return {key: table for key, table in {**tables, **extra}.items() if table is not None}
+
+    def input_keys(self) -> tuple[str, ...]:
+        """The batch keys of ``StackInputs.ids`` these embeddings read."""
+        return tuple(self.input_tables())
+
+    def add_input(self, key: str, table: nn.Module) -> None:
+        """A new per-batch id input: ``table(ids)`` (``[B, L]`` or ``[B]`` ids to ``[..., E]``) is added to the
+        embeddings wherever ``StackInputs.ids`` holds ``key`` (id 0 where it does not). Registered under
+        ``extra_inputs.<key>``; an objective adds its own input this way, without editing ``nn/``."""
+        if key in self.input_keys():
+            raise ValueError(f"the embeddings already read an id input {key!r}")
+        if not hasattr(self, "extra_inputs"):
+            self.extra_inputs = nn.ModuleDict()
+        self.extra_inputs[key] = table
+
+    def forward(self, input_ids: Tensor, ids: Mapping[str, Tensor] | None = None,
+                position_ids: Tensor | None = None, token_embeds: Tensor | None = None) -> Tensor:
+        """``ids``: per-token ``[B, L]`` or per-row ``[B]`` ids for :meth:`input_tables` by batch key (0 where a
+        key is missing; a key without a table is an error). ``token_embeds`` ``[B, L, E]``: the token table's rows
+        for ``input_ids`` looked up already (:class:`~plm_lightning.nn.backbone.EncoderDecoder` looks up both
         stacks' tokens at once)."""
-        length = input_ids.shape[1]
+        ids = ids or {}
+        tables = self.input_tables()
+        unknown = sorted(set(ids) - set(tables))
+        if unknown:
+            raise ValueError(f"the embeddings have no table for {unknown}; they read {sorted(tables)}")
         x = self.token(input_ids) if token_embeds is None else token_embeds
         if self.scale is not None:
             x = x * self.scale
         if self.kind in ("learned", "sinusoidal"):
-            if position_ids is None and self.positions_from_padding:  # RoBERTa: pads take row offset - 1
-                real = (input_ids != self.pad_token_id).long()
-                position_ids = torch.cumsum(real, dim=1) * real - 1
-            if position_ids is None:
-                position_ids = torch.arange(length, device=input_ids.device)[None]
-            position_ids = position_ids + self.position_offset  # 0-based positions -> rows (RoBERTa starts at 2)
-            if self.kind == "learned":
-                x = x + self.position(position_ids)
-            else:
-                x = x + self.sinusoid[position_ids].to(x.dtype)
-        if self.block_position is not None:
-            x = x + self.block_position(block_position_ids if block_position_ids is not None
-                                        else torch.zeros_like(input_ids))
-        if self.segment is not None:
-            if token_type_ids is None:
-                token_type_ids = torch.zeros_like(input_ids)
-            x = x + self.segment(token_type_ids)
-        if self.task is not None:
-            if task_type_ids is None:
-                task_type_ids = torch.zeros_like(input_ids[:, :1])
-            x = x + self.task(task_type_ids if task_type_ids.dim() == 2 else task_type_ids[:, None])
+            x = self.add_positions(x, input_ids, position_ids)
+        for key, table in tables.items():
+            given = ids.get(key)
+            if given is None:  # id 0: one per row for per-row inputs (task types), else per token
+                given = torch.zeros_like(input_ids[:, :1] if key in self.per_row_inputs else input_ids)
+            x = x + table(given if given.dim() == 2 else given[:, None])
         if self.norm is not None:
             x = self.norm(x)
         x = self.dropout(x)
         return self.project(x) if self.project is not None else x
+
+    def add_positions(self, x: Tensor, input_ids: Tensor, position_ids: Tensor | None) -> Tensor:
+        """``x`` plus the absolute position embedding (learned or sinusoidal) of ``position_ids`` (0-based;
+        default 0.., or RoBERTa's count of real tokens)."""
+        if position_ids is None and self.positions_from_padding:  # RoBERTa: pads take row offset - 1
+            real = (input_ids != self.pad_token_id).long()
+            position_ids = torch.cumsum(real, dim=1) * real - 1
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        position_ids = position_ids + self.position_offset  # 0-based positions -> rows (RoBERTa starts at 2)
+        if self.kind == "learned":
+            return x + self.position(position_ids)
+        return x + self.sinusoid[position_ids].to(x.dtype)
 
 
 EmbeddingSharing = Literal["shared", "gdes", "none"]

@@ -8,8 +8,9 @@ look further back than a training segment.
 XLNet (Yang et al. 2019, sec. 2.3, eqs. 4-5): every block runs twice with the same weights. The content stream h
 attends to the positions at or before it in the factorization order (itself included); the query stream g, which
 starts from one learned vector, attends to the positions strictly before it and never to its own content. Both read
-keys and values from the content stream. The order lives in ``perm_mask`` (``[B, L, L]``, True: i may NOT see j, the
-reference code's convention) and the predicted positions in ``target_positions``; the query stream exists only there.
+keys and values from the content stream. The order lives in ``StackInputs.mask`` (``[B, L, L]``, True: i may see j;
+the data's ``perm_mask`` is its negation, the reference code's convention) and the predicted positions in
+``StackInputs.output_positions``; the query stream exists only there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from plm_lightning.nn.dropout import Dropout
 from plm_lightning.nn.embeddings import Embeddings
 from plm_lightning.nn.layer_attention import LayerAttention
 from plm_lightning.nn.legacy_keys import drop_on_load
+from plm_lightning.nn.stack_inputs import NO_INPUTS, StackInputs, check_inputs
 from plm_lightning.nn.xl_relative import XLRelative, relative_index, relative_sinusoids
 
 
@@ -80,9 +82,10 @@ class XLStack(nn.Module):
             different = token_type_ids[:, :, None] != keys[:, None, :]
         return XLRelative(self.dropout(table), relative_index(length, key_length, table.shape[-2], device), different)
 
-    def masks(self, attention_mask: Tensor | None, perm_mask: Tensor | None, length: int, memory_length: int,
+    def masks(self, attention_mask: Tensor | None, visible: Tensor | None, length: int, memory_length: int,
               device: torch.device) -> tuple[Tensor | None, Tensor | None]:
-        """(content mask, query mask), each ``[B|1, 1, L, M + L]`` boolean (True = may attend) or None (all)."""
+        """(content mask, query mask), each ``[B|1, 1, L, M + L]`` boolean (True = may attend) or None (all);
+        ``visible`` ``[B, L, L]``: the factorization order's (every memory position is visible)."""
         allowed = None
         if attention_mask is not None:
             real = torch.cat([attention_mask.new_ones(attention_mask.shape[0], memory_length), attention_mask], 1)
@@ -91,8 +94,8 @@ class XLStack(nn.Module):
             i = torch.arange(length, device=device)[:, None]
             future = torch.arange(memory_length + length, device=device)[None, :] > memory_length + i
             allowed = ~future[None] if allowed is None else allowed & ~future
-        if perm_mask is not None:
-            visible = ~torch.nn.functional.pad(perm_mask.bool(), (memory_length, 0))
+        if visible is not None:
+            visible = torch.nn.functional.pad(visible.bool(), (memory_length, 0), value=True)
             allowed = visible if allowed is None else allowed & visible
         if allowed is None:
             return None, None
@@ -100,22 +103,29 @@ class XLStack(nn.Module):
         own[torch.arange(length, device=device), memory_length + torch.arange(length, device=device)] = True
         return (allowed | own)[:, None], allowed[:, None]
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                perm_mask: Tensor | None = None, target_positions: Tensor | None = None,
-                memory: list[Tensor] | None = None, mem_len: int | None = None) -> XLOutput:
-        """``memory``: the previous call's ``XLOutput.memory`` (one ``[B, M, H]`` per layer), attended to and not
-        trained through; ``mem_len`` overrides the config's length of the memory returned (Transformer-XL evaluates
-        with a longer one than it trains with). ``perm_mask`` ``[B, L, L]`` (True: i may not see j) and
-        ``target_positions`` ``[B, N]``: XLNet's factorization order and predicted positions, where the query stream
-        runs."""
+    def input_keys(self) -> tuple[str, ...]:
+        """The id inputs of ``StackInputs.ids`` this stack reads: segments, through XLNet's relative segment
+        encoding (Yang et al. 2019, sec. 2.5), when it has one."""
+        return ("token_type_ids",) if self.cfg.relative_segments else ()
+
+    def forward(self, input_ids: Tensor, inputs: StackInputs = NO_INPUTS) -> XLOutput:
+        """``inputs.memory``: the previous call's ``XLOutput.memory`` (one ``[B, M, H]`` per layer), attended to and
+        not trained through; ``inputs.memory_length`` overrides the config's length of the memory returned
+        (Transformer-XL evaluates with a longer one than it trains with). ``inputs.mask`` ``[B, L, L]`` (True: i may
+        see j) and ``inputs.output_positions`` ``[B, N]``: XLNet's factorization order and predicted positions,
+        where the query stream runs. ``inputs.ids["token_type_ids"]``: the segments of relative segment encoding."""
+        check_inputs(inputs)
         batch, length = input_ids.shape
-        if target_positions is not None and perm_mask is None:
-            raise ValueError("target_positions (XLNet's query stream) need the perm_mask of their factorization order")
+        attention_mask, visible, target_positions = inputs.attention_mask, inputs.mask, inputs.output_positions
+        memory, mem_len = inputs.memory, inputs.memory_length
+        token_type_ids = inputs.ids.get("token_type_ids")
+        if target_positions is not None and visible is None:
+            raise ValueError("output_positions (XLNet's query stream) need the mask of their factorization order")
         memory_length = memory[0].shape[1] if memory else 0
         key_length = memory_length + length
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None
-        content_mask, query_mask = self.masks(attention_mask, perm_mask, length, memory_length, input_ids.device)
+        content_mask, query_mask = self.masks(attention_mask, visible, length, memory_length, input_ids.device)
         relative = self.relative(length, key_length, batch, token_type_ids, input_ids.device)
         x = self.embeddings(input_ids)
         g = rows = both_masks = None

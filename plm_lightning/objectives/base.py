@@ -19,6 +19,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape
+from plm_lightning.nn.stack_inputs import StackInputs, batch_inputs
 from plm_lightning.objectives import scale
 from plm_lightning.objectives.checkpoint_metadata import CHECKPOINT_KEY, CheckpointHooks
 from plm_lightning.objectives.optimization import OptimizationHooks, check_optimizer_settings
@@ -170,24 +171,26 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
     def run_stack(self, stack: nn.Module, batch: dict[str, Tensor], input_ids: Tensor | None = None,
                   output_positions: Tensor | None = None) -> Tensor:
         """Last hidden state of ``stack`` on the batch (or on ``input_ids`` in its place, e.g. ELECTRA's replaced
-        tokens), with its ``document_ids`` when the batch packs several documents per row (a token sees only its own
-        document: a dense block-diagonal mask, or xformers' varlen bias; see ``TransformerStack``) and the batch's
-        0-based ``position_ids`` when it has them (XLM's TLM restarts them per language); only at
-        ``output_positions`` ``[B, K]`` when given (see ``TransformerStack.forward``).
-
-        The attention shape is the stack's own (bidirectional encoder, causal decoder) unless the batch asks for one
-        of ``nn.masks.ATTENTION_KINDS``: ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
-        ``prefix_lengths`` ``[B]`` (prefix-LM: UL2's decoder-only mode, GLM's Part A)."""
+        tokens) with the batch's :meth:`stack_inputs`; only at ``output_positions`` ``[B, K]`` when given."""
         ids = batch["input_ids"] if input_ids is None else input_ids
-        extra = causal = None
+        inputs = self.stack_inputs(stack, batch)
+        if output_positions is not None:
+            inputs = inputs.but(output_positions=output_positions)
+        return stack(ids, inputs).last_hidden_state
+
+    def stack_inputs(self, stack: nn.Module, batch: dict[str, Tensor]) -> StackInputs:
+        """What ``stack`` reads from the batch: padding, packed ``document_ids`` (a token sees only its own
+        document's), 0-based ``position_ids`` (XLM's TLM restarts them per language), every id input it reads
+        (``stack.input_keys()``: segments, task types, GLM's block positions, an objective's own), and the attention
+        shape: the stack's own (bidirectional encoder, causal decoder) unless the batch asks for one of
+        ``nn.masks.ATTENTION_KINDS`` by ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
+        ``prefix_lengths`` ``[B]`` (prefix-LM: UL2's decoder-only mode, GLM's Part A)."""
+        shape = {}
         if "attention_kind" in batch or "prefix_lengths" in batch:
             kind = ATTENTION_KINDS[int(batch["attention_kind"])] if "attention_kind" in batch else "prefix"
-            extra, causal = attention_shape(kind, ids.shape[1], batch.get("prefix_lengths"), ids.device), False
-        out = stack(ids, batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("position_ids"),
-                    mask=extra, causal=causal, output_positions=output_positions,
-                    task_type_ids=batch.get("task_type_ids"), block_position_ids=batch.get("block_position_ids"),
-                    document_ids=batch.get("document_ids"))
-        return out.last_hidden_state
+            length, device = batch["input_ids"].shape[1], batch["input_ids"].device
+            shape = {"mask": attention_shape(kind, length, batch.get("prefix_lengths"), device), "causal": False}
+        return batch_inputs(batch, stack.input_keys(), **shape)
 
     def run_stack_for_loss(self, stack: nn.Module, batch: dict[str, Tensor], labels: Tensor,
                            keep_first: bool = False) -> tuple[Tensor, Tensor]:

@@ -21,7 +21,7 @@ from torch import Tensor
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.sampling import data_replicas
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn import Decoder, LMHead
+from plm_lightning.nn import Decoder, LMHead, StackInputs
 from plm_lightning.nn.xl_stack import XLStack
 from plm_lightning.objectives.base import PretrainingModule
 
@@ -76,7 +76,8 @@ class CausalLM(PretrainingModule):
         if memory is not None and memory[0].device != batch["input_ids"].device:  # restored from a checkpoint
             memory = [m.to(batch["input_ids"].device) for m in memory]
         mem_len = None if self.training or self.eval_mem_len is None else self.eval_mem_len
-        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), memory=memory, mem_len=mem_len)
+        out = self.backbone(batch["input_ids"], StackInputs(attention_mask=batch.get("attention_mask"), memory=memory,
+                                                            memory_length=mem_len))
         self.memory[stage] = out.memory
         return out.last_hidden_state
 

@@ -84,8 +84,9 @@ class MaskedLM(PretrainingModule):
         absolute positions in its queries (at the loss positions only when ``sparse_final_layer``)."""
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
         ids, attention_mask = batch["input_ids"], batch.get("attention_mask")
-        previous = self.backbone(ids, attention_mask, batch.get("token_type_ids"), mask=extra,
-                                 num_blocks=self.config.num_layers - 1).last_hidden_state
+        inputs = self.stack_inputs(self.backbone, batch).but(document_ids=None, position_ids=None, mask=extra,
+                                                             num_blocks=self.config.num_layers - 1)
+        previous = self.backbone(ids, inputs).last_hidden_state
         query = previous + self.emd_positions(torch.arange(ids.shape[1], device=ids.device))[None]
         labels, index = batch["labels"], None
         if self.hparams.get("sparse_final_layer", True):

@@ -44,7 +44,7 @@ class PermutationLM(PretrainingModule):
             raise ConfigError("PermutationLM reads perm_mask from its data: use data.class_path="
                               "plm_lightning.data.PermutationLMDataModule")
         positions, labels = final_layer_positions(batch["labels"])
-        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
-                            batch["perm_mask"], positions)
+        inputs = self.stack_inputs(self.backbone, batch).but(mask=~batch["perm_mask"], output_positions=positions)
+        out = self.backbone(batch["input_ids"], inputs)
         loss, lm = self.lm_loss(out.query_state, labels)
         return {"loss": loss, "lm_loss": loss, **lm}

@@ -40,6 +40,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Encoder, LMHead
 from plm_lightning.nn.flops import training_flops
+from plm_lightning.nn.stack_inputs import text_inputs
 from plm_lightning.objectives import scale
 from plm_lightning.objectives.base import PretrainingModule
 from plm_lightning.objectives.realm_index import RetrievalIndex
@@ -258,7 +259,8 @@ class REALM(RetrievalIndex, RetrievalOracles, PretrainingModule):
         b, z = ids.shape[0], log_pz.shape[1]
         joined, joined_mask, types = self._join(ids, mask, docs, doc_mask)
         width = joined.shape[-1]
-        hidden = self.backbone(joined.flatten(0, 1), joined_mask.flatten(0, 1), types.flatten(0, 1)).last_hidden_state
+        inputs = text_inputs(self.backbone, joined_mask.flatten(0, 1), types.flatten(0, 1))
+        hidden = self.backbone(joined.flatten(0, 1), inputs).last_hidden_state
         chosen = labels != IGNORE_INDEX  # [B, Lq]; the span sits inside x, at the same positions in every pair
         positions = F.pad(chosen, (0, width - chosen.shape[1]))[:, None].expand(b, z, width)
         logits = self.lm_head(hidden, positions.flatten(0, 1)).float()  # [(b, z, j) entries, V]

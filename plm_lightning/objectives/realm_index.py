@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from plm_lightning.errors import ConfigError
+from plm_lightning.nn.stack_inputs import StackInputs
 
 
 class RetrievalIndex:
@@ -34,10 +35,10 @@ class RetrievalIndex:
         return ids[..., :width], mask[..., :width]
 
     def embed_queries(self, ids: Tensor, mask: Tensor) -> Tensor:
-        return self.query_projection(self.query_encoder(ids, mask).last_hidden_state[:, 0])
+        return self.query_projection(self.query_encoder(ids, StackInputs(attention_mask=mask)).last_hidden_state[:, 0])
 
     def embed_documents(self, ids: Tensor, mask: Tensor) -> Tensor:
-        return self.document_projection(self.document_encoder(ids, mask).last_hidden_state[:, 0])
+        return self.document_projection(self.document_encoder(ids, StackInputs(attention_mask=mask)).last_hidden_state[:, 0])
 
     @torch.no_grad()
     def refresh_index(self, batch_size: int = 256) -> None:
