@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator
+from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, MaskedLMSettings
 from plm_lightning.data.continuum import ContinuumCollator, check_continuum
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig
 from plm_lightning.errors import ConfigError
@@ -73,7 +73,7 @@ def test_end_points_are_exactly_the_causal_and_masked_lm_batches() -> None:
     for key in ("input_ids", "labels", "attention_mask"):
         assert torch.equal(causal[key], ours[key]), key
     assert (ours["prefix_lengths"] == 0).all()
-    mlm = MaskedLMCollator(SPECIAL, 4, VOCAB, MaskingConfig(0.15, 0.8, 0.1), seed=7)(samples)
+    mlm = MaskedLMCollator(MaskedLMSettings(SPECIAL, 4, VOCAB, MaskingConfig(0.15, 0.8, 0.1), seed=7))(samples)
     ours = _collator(1.0, 0.15, "masked", seed=7)(samples)
     for key in ("input_ids", "labels", "attention_mask"):
         assert torch.equal(mlm[key], ours[key]), key

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
+from plm_lightning.data.collators import MaskedLMSettings
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig
 from plm_lightning.data.corruption.sentence_reorder import (
     class_permutation,
@@ -123,9 +124,9 @@ def _sample(length, progress, index, pair=False):
 
 
 def _collator(**kwargs):
-    return ERNIE2Collator(np.array([0, 1, 2, 3, 4]), 4, 100, MaskingConfig(), seed=7, masking_scheme="ernie",
-                          stages=("basic", "phrase", "entity"), stage_epochs=(0.3, 0.6),
-                          task_epochs=(0.2, 0.4, 0.6, 0.8), **kwargs)
+    settings = MaskedLMSettings(np.array([0, 1, 2, 3, 4]), 4, 100, MaskingConfig(), seed=7, masking_scheme="ernie",
+                                stages=("basic", "phrase", "entity"), stage_epochs=(0.3, 0.6))
+    return ERNIE2Collator(settings, task_epochs=(0.2, 0.4, 0.6, 0.8), **kwargs)
 
 
 def test_collator_trains_exactly_the_tasks_of_each_stage():

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
-from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.collators import MaskedLMCollator, MaskedLMSettings
 from plm_lightning.data.corruption import MaskingConfig, select_whole_words, word_ids
 from plm_lightning.data.knowledge import (
     PhraseConfig,
@@ -95,8 +95,9 @@ def _sample(progress, n=24):
 
 
 def test_stage_schedule_switches_units_by_progress():
-    collate = MaskedLMCollator(np.array([0, 1, 2, 3, 4]), 4, 100, MaskingConfig(0.125, 1.0, 0.0), seed=1,
-                               masking_scheme="ernie", stages=("basic", "phrase"), stage_epochs=(0.5,))
+    collate = MaskedLMCollator(MaskedLMSettings(np.array([0, 1, 2, 3, 4]), 4, 100, MaskingConfig(0.125, 1.0, 0.0),
+                                                seed=1, masking_scheme="ernie", stages=("basic", "phrase"),
+                                                stage_epochs=(0.5,)))
     assert [collate.stage_of(p) for p in (0.0, 0.49, 0.5, 3.0)] == [0, 0, 1, 1]
     batch = collate([_sample(0.1), _sample(0.9)])
     assert batch["knowledge_stage"].tolist() == [0, 1]

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.collators import MaskedLMCollator, MaskedLMSettings
 from plm_lightning.data.corruption import (
     IGNORE_INDEX,
     MaskingConfig,
@@ -86,7 +86,7 @@ def test_replacement_split_over_many_draws(mask_replace, random_replace):
 
 
 def test_collator_is_seeded_by_seed_epoch_index():
-    col = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7)
+    col = MaskedLMCollator(MaskedLMSettings(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7))
     ids = np.random.default_rng(1).integers(5, VOCAB, 64).astype(np.int32)
 
     def sample(epoch, index):
@@ -96,7 +96,8 @@ def test_collator_is_seeded_by_seed_epoch_index():
     assert (a == col([sample(0, 3)])["input_ids"]).all()
     assert not (a == col([sample(1, 3)])["input_ids"]).all()  # dynamic masking: a new mask each epoch
     assert not (a == col([sample(0, 4)])["input_ids"]).all()
-    static = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True, dupe_factor=2)
+    static = MaskedLMCollator(MaskedLMSettings(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True,
+                                               dupe_factor=2))
     assert (static([sample(0, 3)])["input_ids"] == static([sample(2, 3)])["input_ids"]).all()
 
 
@@ -150,9 +151,9 @@ def test_static_and_dynamic_masking_for_every_scheme(scheme):
     def labels(collate, epoch):
         return collate([sample(epoch)])["labels"]
 
-    dynamic = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, masking_scheme=scheme)
-    static = MaskedLMCollator(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True, dupe_factor=2,
-                              masking_scheme=scheme)
+    dynamic = MaskedLMCollator(MaskedLMSettings(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, masking_scheme=scheme))
+    static = MaskedLMCollator(MaskedLMSettings(SPECIAL, MASK_ID, VOCAB, MaskingConfig(), seed=7, static_masking=True,
+                                               dupe_factor=2, masking_scheme=scheme))
     assert not (labels(dynamic, 0) == labels(dynamic, 2)).all()
     assert (labels(static, 0) == labels(static, 2)).all() and (labels(static, 1) == labels(static, 3)).all()
     assert not (labels(static, 0) == labels(static, 1)).all()

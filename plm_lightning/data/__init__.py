@@ -12,7 +12,7 @@ from plm_lightning.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "plm_lightning.data.bart": ("BARTCollator", "BARTDataModule",),
-    "plm_lightning.data.collators": ("CausalLMCollator", "MaskedLMCollator", "sample_keys",),
+    "plm_lightning.data.collators": ("CausalLMCollator", "MaskedLMCollator", "MaskedLMSettings", "sample_keys",),
     "plm_lightning.data.continuum": ("ContinuumCollator", "ContinuumDataModule",),
     "plm_lightning.data.datamodule": ("BlockDataset", "CausalLMDataModule", "MaskedLMDataModule", "TextDataModule",),
     "plm_lightning.data.entity_fusion": ("EntityFusionCollator", "ERNIETHUDataModule",),
@@ -38,7 +38,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 
 if TYPE_CHECKING:  # what a type checker and an IDE see: the same names, imported eagerly
     from plm_lightning.data.bart import BARTCollator, BARTDataModule
-    from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, sample_keys
+    from plm_lightning.data.collators import CausalLMCollator, MaskedLMCollator, MaskedLMSettings, sample_keys
     from plm_lightning.data.continuum import ContinuumCollator, ContinuumDataModule
     from plm_lightning.data.datamodule import BlockDataset, CausalLMDataModule, MaskedLMDataModule, TextDataModule
     from plm_lightning.data.entity_fusion import EntityFusionCollator, ERNIETHUDataModule

@@ -7,6 +7,8 @@ model must predict *from position i* (-100 where there is no loss). Extras: ``to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -63,79 +65,126 @@ def sample_extras(samples: list[dict[str, Any]], stacked: dict[str, Any],
     return out
 
 
-MASKING_SCHEMES = ("token", "whole_word", "ngram", "span", "ernie")
 KNOWLEDGE_STAGES = {"basic": ("word_starts", None), "phrase": ("phrase_starts", "in_phrase"),
                     "entity": ("entity_starts", "in_entity")}
 
 
-class MaskedLMCollator:
-    """Masked-LM corruption, dynamic (or static: ``dupe_factor`` fixed maskings cycled over epochs), of single tokens
-    (BERT), whole words (BERT-wwm), n-grams of whole words (ALBERT) or spans of whole words (SpanBERT; the batch then
-    carries the span ids and the boundary positions the Span Boundary Objective reads)."""
+@dataclass(frozen=True)
+class MaskedLMSettings:
+    """What a :class:`MaskedLMCollator` is configured with: the tokenizer's ids, the masking budget and scheme, the
+    seed, and the scheme's own settings (``MaskedLMDataModule.collator_settings`` builds it from ``data.*``)."""
 
-    def __init__(self, special_ids: np.ndarray, mask_token_id: int, vocab_size: int, masking: MaskingConfig,
-                 seed: int = 0, static_masking: bool = False, dupe_factor: int = 10, document_mask: bool = False,
-                 masking_scheme: str = "token", spans: SpanConfig | None = None, max_ngram: int = 3,
-                 stages: tuple[str, ...] = ("basic", "phrase", "entity"), stage_epochs: tuple[float, ...] = ()):
-        if masking_scheme not in MASKING_SCHEMES:
-            raise ConfigError(f"data.masking_scheme={masking_scheme!r} is not one of {', '.join(MASKING_SCHEMES)}")
-        self.special_ids, self.mask_token_id, self.masking = special_ids, mask_token_id, masking
-        self.random_token_ids = np.setdiff1d(np.arange(vocab_size), special_ids)
-        self.seed, self.static_masking, self.dupe_factor = seed, static_masking, dupe_factor
-        self.document_mask, self.masking_scheme = document_mask, masking_scheme
-        self.spans, self.max_ngram = spans or SpanConfig(), max_ngram
-        self.objective = "masked_lm" if masking_scheme == "token" else f"masked_lm_{masking_scheme}"
-        self.stages, self.stage_epochs = tuple(stages), tuple(stage_epochs)
+    special_ids: np.ndarray
+    """Ids never masked (and never drawn as random replacements)."""
+    mask_token_id: int
+    vocab_size: int
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    seed: int = 0
+    static_masking: bool = False
+    """Fixed maskings (``dupe_factor`` of them, cycled over epochs: BERT's original pipeline) instead of dynamic."""
+    dupe_factor: int = 10
+    document_mask: bool = False
+    """Pass ``document_ids`` on, for block-diagonal attention over packed documents."""
+    masking_scheme: str = "token"
+    """A key of :data:`MASKING_SCHEMES`."""
+    spans: SpanConfig = field(default_factory=SpanConfig)
+    max_ngram: int = 3
+    stages: tuple[str, ...] = ("basic", "phrase", "entity")
+    """ERNIE's knowledge stages in training order."""
+    stage_epochs: tuple[float, ...] = ()
+    """ERNIE: the training progress, in epochs, at which each later stage begins."""
+
+
+Masked = tuple[np.ndarray, np.ndarray, dict[str, torch.Tensor]]
+"""(corrupted ids, labels, extra batch keys) of one masking scheme."""
+
+
+def _mask_token(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+                keys: np.ndarray) -> Masked:
+    """BERT (Devlin et al. 2019, sec. 3.1): single tokens."""
+    return (*mask_tokens(ids, maskable, keys, c.masking, c.mask_token_id, c.random_token_ids), {})
+
+
+def _mask_whole_word(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+                     keys: np.ndarray) -> Masked:
+    """BERT-wwm: every token of a chosen word."""
+    starts = np.stack([s["word_starts"] for s in samples])
+    return (*mask_whole_words(ids, maskable, starts, keys, c.masking, c.mask_token_id, c.random_token_ids), {})
+
+
+def _mask_ngram(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+                keys: np.ndarray) -> Masked:
+    """ALBERT (Lan et al. 2020, sec. 4.1): n-grams of whole words, P(n) ~ 1/n."""
+    starts = np.stack([s["word_starts"] for s in samples])
+    return (*mask_ngrams(ids, maskable, starts, keys, c.masking, c.max_ngram, c.mask_token_id,
+                         c.random_token_ids), {})
+
+
+def _mask_span(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+               keys: np.ndarray) -> Masked:
+    """SpanBERT (Joshi et al. 2020, sec. 3.1): geometric spans of whole words, with the span ids and boundary
+    positions the Span Boundary Objective reads."""
+    starts = np.stack([s["word_starts"] for s in samples])
+    corrupted, labels, span_ids = mask_spans(ids, maskable, starts, keys, c.masking, c.spans, c.mask_token_id,
+                                             c.random_token_ids)
+    left, right, offset = span_boundaries(span_ids)
+    return corrupted, labels, {"span_ids": torch.from_numpy(span_ids), "span_left": torch.from_numpy(left),
+                               "span_right": torch.from_numpy(right), "span_offset": torch.from_numpy(offset)}
+
+
+def _mask_knowledge(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
+                    keys: np.ndarray) -> Masked:
+    """ERNIE (Sun et al. 2019, sec. 3.2): each row masks whole units of its stage (basic = words, phrase, entity),
+    the stage's units first, then other words, to the same token budget."""
+    stage = np.array([c.stage_of(s.get("progress", 0.0)) for s in samples])
+    corrupted, labels = ids.copy(), np.full_like(ids, IGNORE_INDEX)
+    for k in np.unique(stage):
+        rows = np.flatnonzero(stage == k)
+        starts_key, priority_key = KNOWLEDGE_STAGES[c.stages[k]]
+        if starts_key not in samples[0]:
+            raise ConfigError("data.masking_scheme=ernie needs blocks packed with knowledge units; they are "
+                              "built by MaskedLMDataModule(masking_scheme='ernie')")
+        starts = np.stack([samples[r][starts_key] for r in rows])
+        priority = None if priority_key is None else np.stack([samples[r][priority_key] for r in rows])
+        corrupted[rows], labels[rows] = mask_whole_words(ids[rows], maskable[rows], starts, keys[rows], c.masking,
+                                                         c.mask_token_id, c.random_token_ids, priority)
+    return corrupted, labels, {"knowledge_stage": torch.from_numpy(stage)}
+
+
+MASKING_SCHEMES: dict[str, Callable[..., Masked]] = {
+    "token": _mask_token, "whole_word": _mask_whole_word, "ngram": _mask_ngram, "span": _mask_span,
+    "ernie": _mask_knowledge,
+}
+"""``data.masking_scheme`` -> its masking function ``(collator, samples, ids, maskable, keys) -> Masked``."""
+
+
+class MaskedLMCollator:
+    """Masked-LM corruption, dynamic (or static: ``dupe_factor`` fixed maskings cycled over epochs), by one of
+    :data:`MASKING_SCHEMES`: single tokens (BERT), whole words (BERT-wwm), n-grams of whole words (ALBERT), spans
+    of whole words (SpanBERT) or ERNIE's knowledge units. Configured by one :class:`MaskedLMSettings`, whose fields
+    it also carries as attributes."""
+
+    def __init__(self, settings: MaskedLMSettings) -> None:
+        if settings.masking_scheme not in MASKING_SCHEMES:
+            raise ConfigError(f"data.masking_scheme={settings.masking_scheme!r} is not one of "
+                              f"{', '.join(MASKING_SCHEMES)}")
+        self.settings = settings
+        for name in (f.name for f in fields(settings)):
+            setattr(self, name, getattr(settings, name))
+        self.random_token_ids = np.setdiff1d(np.arange(settings.vocab_size), settings.special_ids)
+        scheme = settings.masking_scheme
+        self.objective = "masked_lm" if scheme == "token" else f"masked_lm_{scheme}"
 
     def stage_of(self, progress: float) -> int:
         """ERNIE's stage (an index into ``stages``) at a training progress given in epochs."""
         return int(np.searchsorted(np.asarray(self.stage_epochs), progress, side="right"))
-
-    def _mask_knowledge(self, samples: list[dict[str, Any]], ids: np.ndarray, maskable: np.ndarray,
-                        keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """ERNIE (Sun et al. 2019, sec. 3.2): each row masks whole units of its stage (basic = words, phrase,
-        entity), the stage's units first, then other words, to the same token budget."""
-        stage = np.array([self.stage_of(s.get("progress", 0.0)) for s in samples])
-        corrupted, labels = ids.copy(), np.full_like(ids, IGNORE_INDEX)
-        for k in np.unique(stage):
-            rows = np.flatnonzero(stage == k)
-            starts_key, priority_key = KNOWLEDGE_STAGES[self.stages[k]]
-            if starts_key not in samples[0]:
-                raise ConfigError("data.masking_scheme=ernie needs blocks packed with knowledge units; they are "
-                                  "built by MaskedLMDataModule(masking_scheme='ernie')")
-            starts = np.stack([samples[r][starts_key] for r in rows])
-            priority = None if priority_key is None else np.stack([samples[r][priority_key] for r in rows])
-            corrupted[rows], labels[rows] = mask_whole_words(ids[rows], maskable[rows], starts, keys[rows],
-                                                             self.masking, self.mask_token_id, self.random_token_ids,
-                                                             priority)
-        return corrupted, labels, stage
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         stacked = stack_samples(samples)
         ids = stacked["input_ids"]
         maskable = stacked["attention_mask"] & ~np.isin(ids, self.special_ids)
         keys = sample_keys(self.seed, samples, self.dupe_factor if self.static_masking else None)
-        extra: dict[str, torch.Tensor] = {}
-        if self.masking_scheme == "token":
-            corrupted, labels = mask_tokens(ids, maskable, keys, self.masking, self.mask_token_id,
-                                            self.random_token_ids)
-        elif self.masking_scheme == "ernie":
-            corrupted, labels, stage = self._mask_knowledge(samples, ids, maskable, keys)
-            extra = {"knowledge_stage": torch.from_numpy(stage)}
-        else:
-            starts = np.stack([s["word_starts"] for s in samples])
-            if self.masking_scheme == "whole_word":
-                corrupted, labels = mask_whole_words(ids, maskable, starts, keys, self.masking, self.mask_token_id,
-                                                     self.random_token_ids)
-            elif self.masking_scheme == "ngram":
-                corrupted, labels = mask_ngrams(ids, maskable, starts, keys, self.masking, self.max_ngram,
-                                                self.mask_token_id, self.random_token_ids)
-            else:
-                corrupted, labels, span_ids = mask_spans(ids, maskable, starts, keys, self.masking, self.spans,
-                                                         self.mask_token_id, self.random_token_ids)
-                left, right, offset = span_boundaries(span_ids)
-                extra = {"span_ids": torch.from_numpy(span_ids), "span_left": torch.from_numpy(left),
-                         "span_right": torch.from_numpy(right), "span_offset": torch.from_numpy(offset)}
+        corrupted, labels, extra = MASKING_SCHEMES[self.masking_scheme](self, samples, ids, maskable, keys)
         return {"input_ids": torch.from_numpy(corrupted), "labels": torch.from_numpy(labels), **extra,
                 **sample_extras(samples, stacked, self.document_mask)}
 

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from plm_lightning.data.block_cache import build_or_load
 from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
-from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator
+from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator, MaskedLMSettings
 from plm_lightning.data.corpus_files import DEFAULT_PARTITION_BYTES, Partition, sample_documents
 from plm_lightning.data.corpus_knowledge import phrase_table_file
 from plm_lightning.data.corpus_packing import (
@@ -469,15 +469,17 @@ class MaskedLMDataModule(TextDataModule):
                 self.word_segmenter, self.phrase_sample_bytes, self.cache_dir, self.sentence_splitter)
         return self._phrase_files[source, by_sentence]
 
-    def collator_args(self) -> tuple:
-        """The positional arguments of :class:`MaskedLMCollator` (and its subclasses) for this data."""
+    def collator_settings(self) -> MaskedLMSettings:
+        """The :class:`MaskedLMSettings` of :class:`MaskedLMCollator` (and its subclasses) for this data."""
         tok = self.tokenizer
-        return (tok.special_ids(), tok.ids["mask"], tok.vocab_size, self.masking, self.seed, self.static_masking,
-                self.dupe_factor, self.document_mask, self.masking_scheme, self.spans, self.max_ngram,
-                self.knowledge_stages, self.stage_epochs)
+        return MaskedLMSettings(
+            special_ids=tok.special_ids(), mask_token_id=tok.ids["mask"], vocab_size=tok.vocab_size,
+            masking=self.masking, seed=self.seed, static_masking=self.static_masking, dupe_factor=self.dupe_factor,
+            document_mask=self.document_mask, masking_scheme=self.masking_scheme, spans=self.spans,
+            max_ngram=self.max_ngram, stages=self.knowledge_stages, stage_epochs=tuple(self.stage_epochs))
 
     def collator(self) -> MaskedLMCollator:
-        return MaskedLMCollator(*self.collator_args())
+        return MaskedLMCollator(self.collator_settings())
 
 
 class CausalLMDataModule(TextDataModule):

@@ -171,5 +171,5 @@ class ERNIE2DataModule(MaskedLMDataModule):
                                    stage_epochs=self.task_epochs)
 
     def collator(self) -> ERNIE2Collator:
-        return ERNIE2Collator(*self.collator_args(), tasks=self.tasks, task_epochs=self.task_epochs,
+        return ERNIE2Collator(self.collator_settings(), tasks=self.tasks, task_epochs=self.task_epochs,
                               max_reorder_segments=self.max_reorder_segments)

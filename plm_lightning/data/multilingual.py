@@ -286,5 +286,5 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
         return np.concatenate([(1 - self.tlm_fraction) * weights, self.tlm_fraction * tlm])
 
     def collator(self) -> MultilingualMLMCollator:
-        return MultilingualMLMCollator(*self.collator_args(), language_embeddings=self.language_embeddings,
+        return MultilingualMLMCollator(self.collator_settings(), language_embeddings=self.language_embeddings,
                                        restart_positions=bool(self.parallel_corpora) and self.tlm_fraction > 0)

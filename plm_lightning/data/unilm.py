@@ -86,5 +86,5 @@ class UniLMDataModule(MaskedLMDataModule):
         self.lm_mixture = weights / weights.sum()
 
     def collator(self) -> UniLMCollator:
-        return UniLMCollator(*self.collator_args(), mixture=self.lm_mixture,
+        return UniLMCollator(self.collator_settings(), mixture=self.lm_mixture,
                              global_batch=self.batch_size * self._replicas()[0])
