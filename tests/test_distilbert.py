@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives import DistilBERT, MaskedLM
 from tests.conftest import ROOT, masked_batch, run_cli
@@ -121,6 +122,6 @@ def test_data_with_another_tokenizer_is_refused(tmp_path):
     _, path = _teacher(tmp_path / "t.ckpt")
     student = DistilBERT(teacher=path)
     other = TextTokenizer(Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a")), {"pad": "a"}, name="other")
-    student._trainer = SimpleNamespace(datamodule=SimpleNamespace(tokenizer=other))
+    student._trainer = SimpleNamespace(datamodule=SimpleNamespace(contract=lambda: DataContract(tokenizer=other)))
     with pytest.raises(ConfigError, match="data.tokenizer 'other' is not the teacher's tokenizer"):
         student.setup("fit")

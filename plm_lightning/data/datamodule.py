@@ -47,6 +47,7 @@ from plm_lightning.data.streaming import (
     streaming_loader,
 )
 from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import default_cache_dir
 
@@ -79,6 +80,16 @@ class TextDataModule(L.LightningDataModule):
     required_special_tokens: tuple[str, ...] = ("pad",)
     token_type_vocab: int | None = None
     """Token types the model must embed when the data defines its own (XLM's languages); None keeps the model's."""
+    decoder_only: bool | None = None
+    """Span-corruption data: prefix-LM rows for a decoder alone, or (input, target) pairs; None: not that kind."""
+    decoder_start_token: str | None = None
+    """Encoder-decoder data: the special token the decoder input starts from."""
+    bidirectional_data: bool | None = None
+    """XLNet data: half of each batch read right to left."""
+    max_reorder_segments: int | None = None
+    """ERNIE 2.0 data: the sentence-reordering task's largest segment count."""
+    stream_names: list[str] | None = None
+    """Multi-corpus data: each stream's name."""
 
     def __init__(
         self,
@@ -201,6 +212,21 @@ class TextDataModule(L.LightningDataModule):
         if planned is None:
             return self.documents()[0]
         return sample_documents(planned[0], self.text_field, self.tokenizer_train_bytes)
+
+    @property
+    def max_input_length(self) -> int:
+        """The longest input a row can be (``seq_len``; BART's noise lengthens it)."""
+        return self.seq_len
+
+    def contract(self) -> DataContract:
+        """What this data tells the model (:mod:`plm_lightning.data_contract`), read once by its ``setup``; a data
+        module with more to say adds it with ``dataclasses.replace(super().contract(), ...)``."""
+        return DataContract(tokenizer=self.tokenizer, seq_len=self.seq_len, max_input_length=self.max_input_length,
+                            token_type_vocab=self.token_type_vocab, packing=self.packing,
+                            decoder_only=self.decoder_only, decoder_start_token=self.decoder_start_token,
+                            bidirectional_data=self.bidirectional_data,
+                            max_reorder_segments=self.max_reorder_segments,
+                            stream_names=None if self.stream_names is None else tuple(self.stream_names))
 
     @property
     def tokenizer(self) -> TextTokenizer:

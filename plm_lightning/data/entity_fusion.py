@@ -9,6 +9,7 @@ Rows are ``[CLS] tokens [SEP]`` chunks of one document each, at most ``seq_len``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from plm_lightning.data.corruption.entity_alignment import (
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.packing import FORMAT_VERSION, PackedBlocks, split_documents
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 if TYPE_CHECKING:  # plm_lightning.knowledge imports the objectives, which import this package
@@ -150,6 +152,9 @@ class ERNIETHUDataModule(TextDataModule):
                                   "TSV of head<TAB>relation<TAB>tail triples (only a world source brings its own)")
             self._graph = graph_from_world(world_from_spec(self.source))
         return self._graph
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), entity_embeddings=self.entity_embeddings)
 
     @property
     def entity_embeddings(self) -> torch.Tensor:

@@ -19,7 +19,7 @@ never retrieves a sentence's own block: "prohibiting trivial retrieval", sec. 3.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -31,6 +31,7 @@ from plm_lightning.data.corruption.salient_span import mask_salient_span, replac
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
 from plm_lightning.data.sentences import split_corpus
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 
@@ -291,6 +292,9 @@ class REALMDataModule(TextDataModule):
             raise ConfigError(f"data.source '{self.source or 'embedded'}' has no sentence with a salient span (an "
                               "entity or a date) to mask; REALM needs named entities or dates in its text")
         self.blocks = {"train": self.corpus.queries["train"]}  # marks the data as loaded for TextDataModule.setup
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), knowledge_blocks=self.knowledge_blocks)
 
     @property
     def knowledge_blocks(self) -> list[np.ndarray]:

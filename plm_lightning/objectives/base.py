@@ -16,12 +16,14 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data_contract import NO_CONTRACT, DataContract, read_contract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
 from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape
 from plm_lightning.nn.stack_inputs import StackInputs, batch_inputs
 from plm_lightning.objectives import scale
 from plm_lightning.objectives.checkpoint_metadata import CHECKPOINT_KEY, CheckpointHooks
+from plm_lightning.objectives.data_fit import config_for_data
 from plm_lightning.objectives.optimization import OptimizationHooks, check_optimizer_settings
 from plm_lightning.objectives.step_metrics import StepHooks
 
@@ -109,6 +111,8 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
             raise ConfigError(f"model.pad_vocab_multiple={pad_vocab_multiple} must be >= 1 (1: no padding), or null "
                               "for the device's default")
         self.built = False
+        self.data: DataContract = NO_CONTRACT
+        """What the data said at ``setup`` (:mod:`plm_lightning.data_contract`)."""
         self.tokens_seen = 0
         self.loss_tokens_seen = 0
         self.flops_per_batch: int | None = None
@@ -205,42 +209,23 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
         """Boolean ``[B, L]``: the positions that carry a token-level loss (``inspect`` reports their share)."""
         return batch["labels"] != IGNORE_INDEX
 
+    def check_data(self, data: DataContract) -> None:
+        """Refuse data this objective cannot train on, with one line (before the model is built)."""
+
     def tie_weights(self) -> None:
         head = getattr(self, "lm_head", None)
         if isinstance(head, LMHead) and self.config.tie_word_embeddings:
             head.tie(self.backbone.embeddings.token)
 
     def setup(self, stage: str) -> None:
-        """Check the data against the model and build the model if its vocabulary size comes from the tokenizer."""
-        datamodule = getattr(self.trainer, "datamodule", None)
-        tokenizer = getattr(datamodule, "tokenizer", None)
-        if tokenizer is not None:
-            tokenizer.require(self.required_special_tokens, f"model {type(self).__name__}")
-            if self.hparams.vocab_size is None and not self.built:
-                self.config = self.config.replace(vocab_size=tokenizer.vocab_size,
-                                                  pad_token_id=tokenizer.ids.get("pad", self.config.pad_token_id))
-            if tokenizer.vocab_size > self.config.vocab_size:
-                raise ConfigError(
-                    f"tokenizer '{tokenizer.name}' has {tokenizer.vocab_size} tokens but model.vocab_size="
-                    f"{self.config.vocab_size}; raise model.vocab_size or set it to null to follow the tokenizer"
-                )
-            self.tokenizer = tokenizer
-        types = getattr(datamodule, "token_type_vocab", None)
-        if types is not None and not self.built:
-            self.config = self.config.replace(type_vocab_size=types)
-        elif types is not None and self.config.type_vocab_size < types:
-            raise ConfigError(f"the data has {types} token types (languages) but the model embeds "
-                              f"{self.config.type_vocab_size}; set model.backbone_overrides.type_vocab_size={types}")
-        seq_len = getattr(datamodule, "seq_len", None)
-        longest = getattr(datamodule, "max_input_length", seq_len)  # BART: noise can lengthen the input
-        limit = self.config.max_position_embeddings - self.config.position_offset
-        if longest is not None and self.config.position_embedding in ("learned", "sinusoidal") and longest > limit:
-            grown = f" (inputs of up to {longest} tokens after noise)" if longest != seq_len else ""
-            raise ConfigError(
-                f"data.seq_len={seq_len}{grown} exceeds the model's {limit} positions (model.backbone="
-                f"{self.hparams.backbone!r}); lower data.seq_len or raise max_position_embeddings in "
-                "model.backbone_overrides"
-            )
+        """Read the data's contract once (``self.data``), check it (:meth:`check_data`, ``data_fit``) and build the
+        model if it is not built (its vocabulary size can come from the tokenizer)."""
+        self.data = read_contract(getattr(self.trainer, "datamodule", None))
+        self.check_data(self.data)
+        self.config = config_for_data(self.config, self.data, self.built, self.hparams.vocab_size is None,
+                                      self.required_special_tokens, type(self).__name__, self.hparams.backbone)
+        if self.data.tokenizer is not None:
+            self.tokenizer = self.data.tokenizer
         if not self.built:
             self._build_all()
 

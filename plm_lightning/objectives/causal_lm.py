@@ -20,6 +20,7 @@ from torch import Tensor
 
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.sampling import data_replicas
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Decoder, LMHead, StackInputs
 from plm_lightning.nn.xl_stack import XLStack
@@ -45,11 +46,10 @@ class CausalLM(PretrainingModule):
         self._restored_streams = False
         super().__init__(*args, backbone=backbone, **kwargs)
 
-    def setup(self, stage: str) -> None:
-        if getattr(getattr(self.trainer, "datamodule", None), "decoder_only", None) is False:
+    def check_data(self, data: DataContract) -> None:
+        if data.decoder_only is False:
             raise ConfigError("this data makes (input, target) rows for an encoder-decoder: set data.decoder_only=true "
                               "for a decoder-only prefix LM, or use model.class_path=plm_lightning.objectives.Seq2SeqLM")
-        super().setup(stage)
 
     def build(self) -> None:
         recurrent = self.config.position_embedding == "xl_relative"

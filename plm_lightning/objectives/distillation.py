@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives.masked_lm import MaskedLM
 
@@ -93,12 +94,12 @@ class DistilBERT(MaskedLM):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {k: v for k, v in super().state_dict(*args, **kwargs).items() if not k.startswith("teacher.")}
 
-    def setup(self, stage: str) -> None:
-        tokenizer = getattr(getattr(self.trainer, "datamodule", None), "tokenizer", None)
+    def check_data(self, data: DataContract) -> None:
+        super().check_data(data)
+        tokenizer = data.tokenizer
         if tokenizer is not None and tokenizer.tokenizer.get_vocab() != self.teacher_tokenizer.tokenizer.get_vocab():
             raise ConfigError(f"data.tokenizer '{tokenizer.name}' is not the teacher's tokenizer; give the teacher's "
                               f"(export the teacher and set data.tokenizer to that directory)")
-        super().setup(stage)
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         hidden = self.encode(batch)

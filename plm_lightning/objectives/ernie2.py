@@ -14,6 +14,7 @@ from torch import Tensor
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.sentence_reorder import reorder_classes
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import SentenceHead
 from plm_lightning.nn.heads import TokenDetectionHead
@@ -41,12 +42,12 @@ class ERNIE2(MaskedLM):
         kwargs.setdefault("sentence_prediction", "none")
         super().__init__(*args, **kwargs)
 
-    def setup(self, stage: str) -> None:
-        data_m = getattr(getattr(self.trainer, "datamodule", None), "max_reorder_segments", self.max_reorder_segments)
-        if data_m != self.max_reorder_segments:
+    def check_data(self, data: DataContract) -> None:
+        super().check_data(data)
+        data_m = data.max_reorder_segments
+        if data_m is not None and data_m != self.max_reorder_segments:
             raise ConfigError(f"model.max_reorder_segments={self.max_reorder_segments} differs from "
                               f"data.max_reorder_segments={data_m}; the reordering head needs the data's classes")
-        super().setup(stage)
 
     def build(self) -> None:
         if self.task_embeddings and self.config.task_type_vocab_size < 3:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.feedforward import ACTIVATIONS
 from plm_lightning.nn.flops import fusion_flops
@@ -66,21 +67,25 @@ class ERNIETHU(MaskedLM):
         self.fusion_layers, self.entity_heads, self.entity_loss_weight = fusion_layers, entity_heads, entity_loss_weight
         super().__init__(*args, **kwargs)
 
-    def setup(self, stage: str) -> None:
-        """Size the entity table from the data's graph, and (on a new model) fill it with the TransE embeddings."""
-        datamodule = getattr(self.trainer, "datamodule", None)
-        table = getattr(datamodule, "entity_embeddings", None)
+    def check_data(self, data: DataContract) -> None:
+        """Size the entity table from the data's graph (before the model is built)."""
+        super().check_data(data)
+        table = data.entity_embeddings
         if table is None and not self.built:
             raise ConfigError("model ERNIETHU needs entity-linked data: use data.class_path "
                               "plm_lightning.data.ERNIETHUDataModule")
-        fresh = not self.built
         if table is not None:
             rows, dim = table.shape
             if self.built and (rows, dim) != tuple(self.entity_table.weight.shape):
                 raise ConfigError(f"the data's knowledge graph has {rows} entities of size {dim}, the model's entity "
                                   f"table {tuple(self.entity_table.weight.shape)}; use the graph it was trained with")
             self.hparams.num_entities, self.hparams.entity_dim = rows, dim  # saved: a loaded model rebuilds its table
+
+    def setup(self, stage: str) -> None:
+        """On a new model, fill the entity table with the data's TransE embeddings."""
+        fresh = not self.built
         super().setup(stage)
+        table = self.data.entity_embeddings
         if fresh and table is not None:
             with torch.no_grad():
                 self.entity_table.weight.copy_(table)

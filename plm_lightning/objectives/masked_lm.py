@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import Encoder, LMHead, SentenceHead, SpanBoundaryHead, document_mask
 from plm_lightning.nn.attention import take_rows
@@ -50,9 +51,10 @@ class MaskedLM(PretrainingModule):
         self.enhanced_mask_decoder = enhanced_mask_decoder
         super().__init__(*args, **kwargs)
 
-    def setup(self, stage: str) -> None:
+    def check_data(self, data: DataContract) -> None:
         """Refuse data whose sentence pairs do not match the sentence head (NSP on SOP pairs would train silently)."""
-        packing = getattr(getattr(self.trainer, "datamodule", None), "packing", None)
+        super().check_data(data)
+        packing = data.packing
         wanted = SENTENCE_PACKING[self.sentence_prediction]
         pair_modes = set(SENTENCE_PACKING.values()) - {None}
         if packing is not None and (packing in pair_modes or wanted) and packing != wanted:
@@ -61,7 +63,6 @@ class MaskedLM(PretrainingModule):
                                   f"set model.sentence_prediction to nsp or sop, or pack full_sentences")
             raise ConfigError(f"model.sentence_prediction={self.sentence_prediction} needs data.packing={wanted}, "
                               f"not {packing}")
-        super().setup(stage)
 
     def build(self) -> None:
         if self.enhanced_mask_decoder and (self.config.position_embedding != "disentangled" or self.config.num_layers < 2):

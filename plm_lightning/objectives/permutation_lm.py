@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import LMHead
 from plm_lightning.nn.xl_stack import XLStack
@@ -28,12 +29,11 @@ class PermutationLM(PretrainingModule):
             raise ConfigError(f"model.backbone={backbone!r}: PermutationLM needs an XLNet backbone "
                               "(position_embedding: xl_relative), e.g. tiny-xlnet, xlnet-base")
 
-    def setup(self, stage: str) -> None:
-        data = getattr(getattr(self.trainer, "datamodule", None), "bidirectional_data", None)
-        if data is not None and data != self.config.bidirectional_data:
-            raise ConfigError(f"data.bidirectional_data={data} but model.backbone_overrides.bidirectional_data="
-                              f"{self.config.bidirectional_data}; set both alike")
-        super().setup(stage)
+    def check_data(self, data: DataContract) -> None:
+        super().check_data(data)
+        if data.bidirectional_data is not None and data.bidirectional_data != self.config.bidirectional_data:
+            raise ConfigError(f"data.bidirectional_data={data.bidirectional_data} but model.backbone_overrides."
+                              f"bidirectional_data={self.config.bidirectional_data}; set both alike")
 
     def build(self) -> None:
         self.backbone = XLStack(self.config)

@@ -164,8 +164,7 @@ class REALM(RetrievalIndex, RetrievalOracles, PretrainingModule):
     # -- the knowledge corpus and its index ---------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None)
-        blocks = getattr(datamodule, "knowledge_blocks", None)
+        blocks = self.data.knowledge_blocks
         if blocks is None:
             raise ConfigError("REALM needs a knowledge corpus to retrieve from: use data.class_path: "
                               "plm_lightning.data.REALMDataModule")

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from plm_lightning.data.corruption import IGNORE_INDEX
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import EncoderDecoder, LMHead
 from plm_lightning.nn.flops import seq2seq_training_flops
@@ -36,16 +37,15 @@ class Seq2SeqLM(PretrainingModule):
         self.decoder_start_token = decoder_start_token
         super().__init__(*args, **kwargs)
 
-    def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if getattr(datamodule, "decoder_only", False):
+    def check_data(self, data: DataContract) -> None:
+        super().check_data(data)
+        if data.decoder_only:
             raise ConfigError("data.decoder_only=true makes prefix-LM rows for a decoder-only model: use "
                               "model.class_path=plm_lightning.objectives.CausalLM, or data.decoder_only=false")
-        data = getattr(datamodule, "decoder_start_token", None)
-        if data is not None and data != self.decoder_start_token:
+        start = data.decoder_start_token
+        if start is not None and start != self.decoder_start_token:
             raise ConfigError(f"model.decoder_start_token={self.decoder_start_token!r} but the data starts the decoder "
-                              f"from {data!r}; set model.decoder_start_token={data}")
-        super().setup(stage)
+                              f"from {start!r}; set model.decoder_start_token={start}")
 
     def build(self) -> None:
         self.backbone = EncoderDecoder(self.config)

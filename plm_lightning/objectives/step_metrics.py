@@ -50,7 +50,7 @@ class StepHooks:
         for name, value in self._scalars(out).items():
             self.log(f"val/{name}", value, batch_size=bs, sync_dist=True, prog_bar=name == "loss")
         self.log("val/accuracy", self.val_accuracy, batch_size=bs)
-        names = getattr(getattr(self.trainer, "datamodule", None), "stream_names", None)
+        names = self.data.stream_names
         if "stream" in batch and names:
             self._log_stream_losses(out, batch, names)
 
