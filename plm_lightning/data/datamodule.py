@@ -80,16 +80,8 @@ class TextDataModule(L.LightningDataModule):
     required_special_tokens: tuple[str, ...] = ("pad",)
     token_type_vocab: int | None = None
     """Token types the model must embed when the data defines its own (XLM's languages); None keeps the model's."""
-    decoder_only: bool | None = None
-    """Span-corruption data: prefix-LM rows for a decoder alone, or (input, target) pairs; None: not that kind."""
     decoder_start_token: str | None = None
     """Encoder-decoder data: the special token the decoder input starts from."""
-    bidirectional_data: bool | None = None
-    """XLNet data: half of each batch read right to left."""
-    max_reorder_segments: int | None = None
-    """ERNIE 2.0 data: the sentence-reordering task's largest segment count."""
-    stream_names: list[str] | None = None
-    """Multi-corpus data: each stream's name."""
 
     def __init__(
         self,
@@ -223,10 +215,7 @@ class TextDataModule(L.LightningDataModule):
         module with more to say adds it with ``dataclasses.replace(super().contract(), ...)``."""
         return DataContract(tokenizer=self.tokenizer, seq_len=self.seq_len, max_input_length=self.max_input_length,
                             token_type_vocab=self.token_type_vocab, packing=self.packing,
-                            decoder_only=self.decoder_only, decoder_start_token=self.decoder_start_token,
-                            bidirectional_data=self.bidirectional_data,
-                            max_reorder_segments=self.max_reorder_segments,
-                            stream_names=None if self.stream_names is None else tuple(self.stream_names))
+                            decoder_start_token=self.decoder_start_token)
 
     @property
     def tokenizer(self) -> TextTokenizer:

@@ -14,6 +14,7 @@ tokens (MLM), the words of the word-aware tasks, [CLS] for the structure-aware o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -25,6 +26,7 @@ from plm_lightning.data.corruption.sentence_reorder import reorder_segments
 from plm_lightning.data.datamodule import MaskedLMDataModule, stage_boundaries
 from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks
 from plm_lightning.data.sampling import ResumableDataLoader
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 Task = Literal["knowledge_masking", "capitalization", "token_document_relation", "sentence_reordering",
@@ -169,6 +171,9 @@ class ERNIE2DataModule(MaskedLMDataModule):
     def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader | list:
         return self._stream_loader(self.stream_blocks[split], shuffle, self.stage_weights(),
                                    stage_epochs=self.task_epochs)
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), max_reorder_segments=self.max_reorder_segments)
 
     def collator(self) -> ERNIE2Collator:
         return ERNIE2Collator(self.collator_settings(), tasks=self.tasks, task_epochs=self.task_epochs,

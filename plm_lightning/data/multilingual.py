@@ -15,6 +15,7 @@ bidirectional | loss: masked positions.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from plm_lightning.data.sources import (
     source_fingerprint,
 )
 from plm_lightning.data.tokenized import flagged_pairs
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 PAIR_PACKINGS = ("sentence_pairs", "sentence_order")
@@ -168,6 +170,9 @@ class MultilingualDataModule(MultiCorpusMixin, MaskedLMDataModule):
     """XLM / multilingual BERT data: ``corpora`` (language -> source), smoothed language sampling, language ids,
     and TLM from ``parallel_corpora``. Every masked-LM option (masking scheme, packing, static masking) applies
     per language."""
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), stream_names=tuple(self.stream_names))
 
     def __init__(
         self,

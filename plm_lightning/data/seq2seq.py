@@ -8,6 +8,7 @@ the corrupted input and the target only, so the decoder never learns to end insi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise, mixture_we
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.multilingual import MultiCorpusMixin
 from plm_lightning.data.packing import PackingMode
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 
@@ -176,6 +178,9 @@ class SpanCorruptionDataModule(TextDataModule):
             raise ConfigError(f"data.tokenizer '{tok.name}' has no sentinel tokens (<extra_id_0>, <extra_id_1>, ...); "
                               "span corruption needs them: use data.tokenizer=unigram or a T5 tokenizer")
         return sentinels
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), decoder_only=self.decoder_only)
 
     def collator(self) -> SpanCorruptionCollator:
         tok = self.tokenizer

@@ -7,6 +7,7 @@ factorization order.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -17,6 +18,7 @@ from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.permutation import factorization_ranks, permutation_mask, sample_span_targets
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.packing import PackingMode
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 
@@ -134,6 +136,9 @@ class PermutationLMDataModule(TextDataModule):
         self.partial_prediction_k, self.max_gram, self.mask_alpha, self.mask_beta = (partial_prediction_k, max_gram,
                                                                                     mask_alpha, mask_beta)
         self.ngram_unit, self.bidirectional_data = ngram_unit, bidirectional_data
+
+    def contract(self) -> DataContract:
+        return replace(super().contract(), bidirectional_data=self.bidirectional_data)
 
     def collator(self) -> PermutationLMCollator:
         tok = self.tokenizer
