@@ -47,6 +47,7 @@ class CausalLM(PretrainingModule):
         super().__init__(*args, backbone=backbone, **kwargs)
 
     def check_data(self, data: DataContract) -> None:
+        super().check_data(data)
         if data.decoder_only is False:
             raise ConfigError("this data makes (input, target) rows for an encoder-decoder: set data.decoder_only=true "
                               "for a decoder-only prefix LM, or use model.class_path=plm_lightning.objectives.Seq2SeqLM")
