@@ -10,7 +10,7 @@ import pytest
 from plm_lightning.data import BARTDataModule, MaskedLMDataModule
 from plm_lightning.data_contract import NO_CONTRACT, DataContract, read_contract
 from plm_lightning.errors import ConfigError
-from plm_lightning.objectives import ERNIE2, Seq2SeqLM
+from plm_lightning.objectives import ERNIE2, CausalLM, Seq2SeqLM
 
 OBJECTIVES = Path(__file__).resolve().parent.parent / "plm_lightning" / "objectives"
 WORD_LEVEL = {"cove.py", "static_embeddings.py"}
@@ -47,6 +47,9 @@ def test_objectives_check_the_contract_before_they_build():
         t5.check_data(DataContract(decoder_only=True))
     with pytest.raises(ConfigError, match="model.decoder_start_token='pad' but the data starts the decoder from 'eos'"):
         t5.check_data(DataContract(decoder_start_token="eos"))
+    with pytest.raises(ConfigError, match=r"makes \(input, target\) rows for an encoder-decoder"):
+        CausalLM(backbone="tiny-gpt").check_data(DataContract(decoder_only=False))
+    CausalLM(backbone="tiny-gpt").check_data(DataContract(decoder_only=True))
 
 
 def test_no_objective_reads_the_data_module_by_name():
