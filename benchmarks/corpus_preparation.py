@@ -45,7 +45,7 @@ def write_corpus(path: Path, size: int) -> None:
     """``size`` bytes of JSON lines from the embedded corpus, each pass in another order and numbered."""
     if path.is_file() and path.stat().st_size >= size:
         return
-    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.corpus.sources import embedded_corpus
 
     docs = list(embedded_corpus())
     rng = random.Random(0)

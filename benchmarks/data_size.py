@@ -30,11 +30,11 @@ from pathlib import Path
 
 import yaml
 
+from plm_lightning.corpus.world import world_from_spec
 from plm_lightning.data import CausalLMDataModule
 from plm_lightning.knowledge import representations as rep
 from plm_lightning.knowledge.lm import LanguageModel
 from plm_lightning.knowledge.probing import probe
-from plm_lightning.knowledge.world import world_from_spec
 
 CONFIG = "configs/knowledge/gpt2-world.yaml"
 

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from plm_lightning.knowledge import build_world
+from plm_lightning.corpus import build_world
+from plm_lightning.corpus.world import WorldConfig, prompt_of
 from plm_lightning.knowledge.attribution import trace_world
 from plm_lightning.knowledge.constrained import ConstrainedFinetune
 from plm_lightning.knowledge.edit_metrics import evaluate_edit
@@ -26,7 +27,6 @@ from plm_lightning.knowledge.neurons import KnowledgeNeuronEditor, knowledge_neu
 from plm_lightning.knowledge.probing import probe, probe_queries
 from plm_lightning.knowledge.rome import MEMIT, ROME
 from plm_lightning.knowledge.tracing import locate_layer
-from plm_lightning.knowledge.world import WorldConfig, prompt_of
 
 
 def probing_table(path: str, world) -> dict:  # noqa: ANN001

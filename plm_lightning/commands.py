@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from plm_lightning.data.commands import run_optimize, run_pack, run_prepare  # noqa: F401 - dispatched by name
+from plm_lightning.data_commands import run_optimize, run_pack, run_prepare  # noqa: F401 - dispatched by name
 from plm_lightning.errors import CommandParser, ConfigError
 from plm_lightning.evaluation.commands import run_acceptability, run_prompt  # noqa: F401 - dispatched by name
 from plm_lightning.files import writable_path

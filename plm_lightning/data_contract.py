@@ -14,6 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+ATTENTION_KINDS = ("bidirectional", "left_to_right", "right_to_left", "prefix")
+"""A batch's ``attention_kind`` (UniLM's per-batch LM) is an index into this tuple: the mask shapes
+``nn.masks.ATTENTION_KINDS`` builds, in the same order (tests/test_architecture.py), named here so the data layer
+needs nothing of ``nn``."""
+
 
 @dataclass(frozen=True)
 class DataContract:

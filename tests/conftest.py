@@ -205,8 +205,8 @@ def tiny_pretrained(path: Path, family: str) -> str:
     import torch
 
     from plm_lightning.checkpoint_format import CHECKPOINT_KEY
-    from plm_lightning.data.sources import embedded_corpus
-    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.corpus.sources import embedded_corpus
+    from plm_lightning.corpus.tokenizer import train_tokenizer
     from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
 
     kind, cls, preset = {"bert": ("wordpiece", MaskedLM, "tiny"), "gpt2": ("gpt2", CausalLM, "tiny-gpt"),

@@ -17,8 +17,9 @@ KNOWN_CIRCLES: set[frozenset[str]] = set()
 """Import circles still to break: none since issue 39. None may appear."""
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (every import statement, at module level or in a function)."""
+def _import_graph(third_party: bool = False) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (every import statement, at module level or in a function); with
+    ``third_party``, also the top-level names of the other packages it imports (``lightning``, ``torch``, ...)."""
     files = {p: ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
              for p in PACKAGE.rglob("*.py")}
     modules = set(files.values())
@@ -43,6 +44,8 @@ def _import_graph() -> dict[str, set[str]]:
             else:
                 continue
             for name in names:
+                if third_party and name and not name.startswith("plm_lightning") and not getattr(node, "level", 0):
+                    graph[module].add(name.split(".")[0])
                 target = owner(name) if name.startswith("plm_lightning") else None
                 if target and target != module and not (module.startswith(target + ".")
                                                         and (PACKAGE.parent / target.replace(".", "/")).is_dir()):
@@ -89,6 +92,49 @@ def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 def test_no_new_import_circle() -> None:
     circles = _circles(_import_graph())
     assert all(any(c <= known for known in KNOWN_CIRCLES) for c in circles), [sorted(c) for c in circles]
+
+
+def _forbidden_imports() -> dict[str, list[str]]:
+    """docs/architecture.md's table: package (or top-level module) -> what it must not import."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("| package | must not import |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0].strip("`")] = [name.strip().strip("`") for name in cells[1].split(",")]
+    return rows
+
+
+def _breaches(graph: dict[str, set[str]], rows: dict[str, list[str]]) -> list[str]:
+    def inside(module: str, name: str) -> bool:
+        full = name if name == "lightning" else f"plm_lightning.{name}"
+        return module == full or module.startswith(full + ".")
+
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() for target in targets
+                  for row, banned in rows.items() if inside(module, row)
+                  for name in banned if inside(target, name))
+
+
+def test_the_import_table_of_the_architecture_page_holds() -> None:
+    rows = _forbidden_imports()
+    assert {"nn", "corpus", "data", "objectives", "interop"} <= set(rows), rows
+    assert "lightning" in rows["corpus"] and "data" in rows["corpus"] and "nn" in rows["data"]
+    assert _breaches(_import_graph(third_party=True), rows) == []
+
+
+def test_the_import_table_check_sees_a_breach() -> None:
+    graph = {"plm_lightning.data.unilm": {"plm_lightning.nn.masks", "numpy"},
+             "plm_lightning.corpus.sources": {"lightning"}, "plm_lightning.data_commands": {"plm_lightning.data"}}
+    rows = {"data": ["nn"], "corpus": ["lightning"], "data_contract": ["data"]}
+    assert _breaches(graph, rows) == ["plm_lightning.corpus.sources imports lightning",
+                                      "plm_lightning.data.unilm imports plm_lightning.nn.masks"]
+
+
+def test_the_batch_names_the_attention_kinds_the_blocks_build() -> None:
+    from plm_lightning.data_contract import ATTENTION_KINDS
+    from plm_lightning.nn.masks import ATTENTION_KINDS as BUILT
+
+    assert ATTENTION_KINDS == BUILT
 
 
 def test_the_circle_check_sees_a_circle() -> None:
@@ -238,3 +284,33 @@ def test_every_data_module_declares_a_view_inspect_has() -> None:
 
     with pytest.raises(ConfigError, match=r"inspect: Odd.inspection_view='audio' is not one of token, seq2seq"):
         recipe_views(Odd())
+
+
+def test_a_new_module_in_the_package_is_its_short_class_path(tmp_path) -> None:
+    """The acid test of "nothing to register": in a copy of the package, one new file in ``objectives/`` and one in
+    ``data/`` (no ``__init__`` edited) are ``plm_lightning.objectives.ReverseLM`` and
+    ``plm_lightning.data.ReverseDataModule`` to a YAML, to the top level, and to ``--print_config``."""
+    import shutil
+
+    copy = tmp_path / "plm_lightning"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "objectives" / "reverse_lm.py").write_text(
+        '"""A right-to-left LM (a test\'s objective)."""\nfrom plm_lightning.objectives.causal_lm import CausalLM\n\n\n'
+        'class ReverseLM(CausalLM):\n    """corruption: none | attention: right to left | loss: every token."""\n')
+    (copy / "data" / "reverse.py").write_text(
+        '"""Reversed rows (a test\'s data module)."""\nfrom plm_lightning.data.datamodule import CausalLMDataModule\n\n\n'
+        'class ReverseDataModule(CausalLMDataModule):\n    """GPT-2\'s rows."""\n')
+    recipe = (ROOT / "configs" / "gpt2.yaml").read_text()
+    recipe = recipe.replace("plm_lightning.objectives.CausalLM", "plm_lightning.objectives.ReverseLM")
+    recipe = recipe.replace("plm_lightning.data.CausalLMDataModule", "plm_lightning.data.ReverseDataModule")
+    (tmp_path / "reverse.yaml").write_text(recipe)
+    code = ("import plm_lightning, plm_lightning.objectives as o, plm_lightning.data as d\n"
+            f"assert plm_lightning.__file__.startswith({str(tmp_path)!r}), plm_lightning.__file__\n"
+            "assert o.ReverseLM.__module__ == 'plm_lightning.objectives.reverse_lm' and 'ReverseLM' in o.__all__\n"
+            "assert plm_lightning.ReverseDataModule is d.ReverseDataModule\n"
+            "from plm_lightning.cli import main\nmain(['fit', '--config', 'reverse.yaml', '--print_config'])\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ReverseLM" in res.stdout and "ReverseDataModule" in res.stdout, res.stdout[:2000]

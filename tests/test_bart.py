@@ -265,8 +265,8 @@ def test_predict_frames_bart_prompts_and_starts_from_eos(monkeypatch, tmp_path):
     """``predict`` gives BART ``<s> prompt </s>`` with the prompt's ``<mask>`` kept as the mask token, decodes from
     ``</s>`` and drops the reconstruction's ``<s>``."""
     from plm_lightning import prediction
-    from plm_lightning.data import embedded_corpus
-    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.corpus import embedded_corpus
+    from plm_lightning.corpus.tokenizer import train_tokenizer
     from plm_lightning.generation import GenerationConfig
 
     tok = train_tokenizer("bpe", embedded_corpus()[:50], 400)

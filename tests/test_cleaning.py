@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig, ends_in_terminal_punctuation, word_count
+from plm_lightning.corpus.c4_filters import STEPS, Cleaner, CleaningConfig, ends_in_terminal_punctuation, word_count
 from plm_lightning.errors import ConfigError
 from tests.conftest import cli_error, run_cli
 
@@ -149,9 +149,9 @@ def test_prepare_cli_writes_a_corpus_and_its_report(tmp_path, capsys) -> None:
 def test_streamed_cleaning_equals_the_in_memory_cleaner(tmp_path, workers) -> None:
     """The partitioned two-pass deduplication (hashes sorted on disk) keeps and reports exactly what the in-memory
     cleaner does, in corpus order, over many partitions and workers; spans repeat within and across partitions."""
-    from plm_lightning.data.corpus_cleaning import clean_corpus
-    from plm_lightning.data.corpus_packing import corpus_partitions
-    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.corpus.clean_partitions import clean_corpus
+    from plm_lightning.corpus.pack_partitions import corpus_partitions
+    from plm_lightning.corpus.sources import embedded_corpus
 
     docs = list(embedded_corpus())[:40]
     pages = [*docs, *docs[5:15], "\n".join(docs[3].splitlines()[:12]), docs[20] + "\n" + docs[21]]

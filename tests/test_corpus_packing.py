@@ -19,18 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.corpus_files import plan_partitions, read_partition
-from plm_lightning.data.corpus_knowledge import load_phrase_table, phrase_table_file
-from plm_lightning.data.corpus_packing import (
-    PackingJob,
-    corpus_partitions,
-    is_validation,
-    load_shards,
-    prepare_shards,
-    shard_set_dir,
-)
-from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig, fit_phrases
-from plm_lightning.data.packing import (
+from plm_lightning.corpus.blocks import (
     BLOCK_FIELDS,
     PACKING_MODES,
     TokenizedDocument,
@@ -39,10 +28,21 @@ from plm_lightning.data.packing import (
     reads_sentences,
     tokenize_documents,
 )
-from plm_lightning.data.sentences import split_sentences
-from plm_lightning.data.shards import META_FILE, read_meta
-from plm_lightning.data.sources import embedded_corpus
-from plm_lightning.data.tokenizer import TextTokenizer, train_tokenizer
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec, PhraseConfig, fit_phrases
+from plm_lightning.corpus.pack_partitions import (
+    PackingJob,
+    corpus_partitions,
+    is_validation,
+    load_shards,
+    prepare_shards,
+    shard_set_dir,
+)
+from plm_lightning.corpus.partitions import plan_partitions, read_partition
+from plm_lightning.corpus.phrase_table import load_phrase_table, phrase_table_file
+from plm_lightning.corpus.sentences import split_sentences
+from plm_lightning.corpus.shards import META_FILE, read_meta
+from plm_lightning.corpus.sources import embedded_corpus
+from plm_lightning.corpus.tokenizer import TextTokenizer, train_tokenizer
 from plm_lightning.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,8 +175,8 @@ def test_ernie_units_stream_with_the_corpus_phrase_table(tmp_path, corpus, token
 def test_ernie2_streams_both_of_its_packings_from_a_sampled_phrase_table(tmp_path, corpus) -> None:
     """ERNIE 2.0 on a corpus on disk: its blocks and its sentence-distance pairs are shards, marked with one phrase
     table fitted on a bounded sample (over several partitions: the sample is not the corpus)."""
+    from plm_lightning.corpus.shards import ShardedBlocks
     from plm_lightning.data.ernie2 import ERNIE2DataModule
-    from plm_lightning.data.shards import ShardedBlocks
 
     path, _ = corpus
     dm = ERNIE2DataModule(source=str(path), tokenizer="wordpiece", tokenizer_vocab_size=1500, seq_len=64,
@@ -194,9 +194,9 @@ def test_ernie2_streams_both_of_its_packings_from_a_sampled_phrase_table(tmp_pat
 def test_translation_pairs_stream_as_the_in_memory_tlm_blocks(tmp_path, corpus, tokenizers) -> None:
     """XLM's TLM pairs from a parallel file: one partition, nothing held out, the in-memory blocks exactly; over
     several partitions and workers every pair once; a bad line met by a worker names its key, file and byte."""
-    from plm_lightning.data.corpus_files import plan_pair_partitions
-    from plm_lightning.data.packing import flagged_sentences, pack_translation_pairs
-    from plm_lightning.data.sources import fake_language, load_parallel, parallel_fingerprint
+    from plm_lightning.corpus.blocks import flagged_sentences, pack_translation_pairs
+    from plm_lightning.corpus.partitions import plan_pair_partitions
+    from plm_lightning.corpus.sources import fake_language, load_parallel, parallel_fingerprint
 
     _, docs = corpus
     sentences = [s for d in docs[:20] for s in split_sentences(d)]
@@ -261,7 +261,7 @@ def test_fit_on_several_nodes_packs_its_share_first_then_what_is_missing(tmp_pat
     """``share_first`` (what ``fit`` passes on node R of N): node R's partitions first, then every other missing one
     (a node with a cache of its own ends with all shards); a partition another node finished meanwhile is skipped
     untouched."""
-    import plm_lightning.data.corpus_packing as corpus_packing
+    import plm_lightning.corpus.pack_partitions as corpus_packing
 
     partitions, fingerprint = corpus_partitions(str(corpus[0]), "text", "train", partition_bytes=40_000)
     assert len(partitions) >= 4
@@ -344,7 +344,7 @@ def test_changed_corpus_or_recipe_gets_new_shards(tmp_path, tokenizers) -> None:
 _KILL_CHILD = """
 import sys
 from pathlib import Path
-from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, prepare_shards
+from plm_lightning.corpus.pack_partitions import PackingJob, corpus_partitions, prepare_shards
 partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train", partition_bytes=int(sys.argv[4]))
 job = PackingJob(sys.argv[2], "contiguous", 64, 0.1, seed=3)
 prepare_shards(job, partitions, fingerprint, Path(sys.argv[3]), workers=1, progress=False)
@@ -384,13 +384,13 @@ from pathlib import Path
 limit = int(sys.argv[4]) << 20
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 if sys.argv[5] == "memory":
-    from plm_lightning.data.packing import pack, tokenize_documents
-    from plm_lightning.data.sources import load_documents
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.blocks import pack, tokenize_documents
+    from plm_lightning.corpus.sources import load_documents
+    from plm_lightning.corpus.tokenizer import TextTokenizer
     tok = TextTokenizer.load(sys.argv[2])
     pack(tokenize_documents(load_documents(sys.argv[1])[0], tok, False), "contiguous", 64, tok, 0)
 else:
-    from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, load_shards, prepare_shards
+    from plm_lightning.corpus.pack_partitions import PackingJob, corpus_partitions, load_shards, prepare_shards
     partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train", partition_bytes=4 << 20)
     root = prepare_shards(PackingJob(sys.argv[2], "contiguous", 64, 0.01, 0), partitions, fingerprint,
                           Path(sys.argv[3]), workers=1, progress=False)
@@ -445,9 +445,9 @@ def test_pack_command_then_fit_trains_from_the_same_shards(tmp_path, corpus) -> 
 def test_multilingual_corpora_on_disk_stream_per_language(tmp_path, corpus) -> None:
     """Each language's corpus on disk is packed into its own shards (the streamed path), the shared tokenizer
     trained on every language's sample; the in-memory languages (fake:) keep the in-memory path beside them."""
+    from plm_lightning.corpus.shards import ShardedBlocks
+    from plm_lightning.corpus.sources import fake_language
     from plm_lightning.data.multilingual import MultilingualDataModule
-    from plm_lightning.data.shards import ShardedBlocks
-    from plm_lightning.data.sources import fake_language
 
     other = tmp_path / "fk.jsonl"
     other.write_text("".join(json.dumps({"text": fake_language(d)}) + "\n" for d in corpus[1][:30]), encoding="utf-8")
@@ -551,7 +551,7 @@ def test_lazy_sampler_covers_the_epoch_over_ranks_and_resumes(drop_last) -> None
 def test_sharded_blocks_save_as_one_split_file_per_field(tmp_path, corpus, tokenizers) -> None:
     """What `optimize` hands litdata (``PackedBlocks.save`` of sharded blocks, streamed row batch by row batch):
     every field of every partition, in order, loadable as ordinary packed blocks."""
-    from plm_lightning.data.packing import PackedBlocks
+    from plm_lightning.corpus.blocks import PackedBlocks
 
     partitions, fingerprint = corpus_partitions(str(corpus[0]), "text", "train", partition_bytes=50_000)
     job = PackingJob(tokenizers["wordpiece"], "sentence_order", 48, 0.1, seed=2)
@@ -566,7 +566,7 @@ def test_a_damaged_cache_entry_is_rebuilt_with_one_warning(tmp_path, corpus, tok
     """A shard file truncated on disk (the 'EOF: reading array header' of every later run) is noticed against the
     sizes the metadata recorded, removed with one warning and packed again: the same rows as before. The in-memory
     path's block cache does the same."""
-    from plm_lightning.data.block_cache import cached_splits
+    from plm_lightning.corpus.block_cache import cached_splits
 
     partitions, fingerprint = corpus_partitions(str(corpus[0]), "jsonl", "train", partition_bytes=60000)
     job = PackingJob(tokenizers["gpt2"], "contiguous", 64, 0.1, seed=3)
@@ -599,7 +599,7 @@ def test_an_endless_document_is_cut_as_it_is_read(tmp_path, monkeypatch) -> None
     and a multi-byte character is never split by the chunked reads."""
     import warnings
 
-    from plm_lightning.data import corpus_files
+    from plm_lightning.corpus import partitions as corpus_files
 
     monkeypatch.setattr(corpus_files, "MAX_DOCUMENT_CHARS", 1000)
     words = "héllo wörld ñ " * 600
@@ -627,7 +627,7 @@ import resource, sys, warnings
 from pathlib import Path
 limit = 2 << 30
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, load_shards, prepare_shards
+from plm_lightning.corpus.pack_partitions import PackingJob, corpus_partitions, load_shards, prepare_shards
 partitions, fingerprint = corpus_partitions(sys.argv[1], "text", "train")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -657,7 +657,7 @@ def test_bounded_words_keep_every_character_in_runs_of_at_most_100():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from plm_lightning.data.tokenizer import MAX_TRAINING_WORD, bounded_words
+    from plm_lightning.corpus.tokenizer import MAX_TRAINING_WORD, bounded_words
 
     @settings(max_examples=200, deadline=None)
     @given(st.text(alphabet=st.sampled_from("ab \n\0é"), max_size=600))
@@ -674,8 +674,8 @@ def test_bounded_words_keep_every_character_in_runs_of_at_most_100():
 def test_a_tokenizer_trains_on_text_followed_by_a_run_of_zeros(tmp_path) -> None:
     """8 KB of text, then 2 MB of NUL bytes (issue 37: such a file stopped the run): the reader cuts the run into
     1M-character documents and the BPE trainer, which took minutes on one such word (quadratic), sees it in pieces."""
+    from plm_lightning.corpus.sources import embedded_corpus
     from plm_lightning.data import CausalLMDataModule
-    from plm_lightning.data.sources import embedded_corpus
 
     path = tmp_path / "zeros.txt"
     path.write_bytes("\n".join(itertools.islice(embedded_corpus(), 20)).encode()[:8192] + b"\0" * (2 << 20))

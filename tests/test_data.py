@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule, TextTokenizer, load_documents, split_sentences
-from plm_lightning.data.packing import (
+from plm_lightning.corpus import TextTokenizer, load_documents, split_sentences
+from plm_lightning.corpus.blocks import (
     TokenizedDocument,
     pack_contiguous,
     pack_documents,
@@ -16,8 +16,9 @@ from plm_lightning.data.packing import (
     pack_sentences,
     split_documents,
 )
-from plm_lightning.data.sentences import SENTENCE_SPLITTERS, split_corpus
-from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.corpus.sentences import SENTENCE_SPLITTERS, split_corpus
+from plm_lightning.corpus.sources import embedded_corpus
+from plm_lightning.data import CausalLMDataModule, MaskedLMDataModule
 from plm_lightning.errors import ConfigError
 
 CLS, SEP, PAD, EOS = 2, 3, 0, 9
@@ -78,7 +79,7 @@ def test_blingfire_with_a_kept_buffer_returns_what_the_library_function_returns(
     empty one (nothing written: nothing read back), and in documents of several paragraphs."""
     import blingfire
 
-    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.corpus.sources import embedded_corpus
 
     def library(document):
         paragraphs = [p for p in (" ".join(p.split()) for p in document.split("\n\n")) if p]
@@ -281,7 +282,7 @@ def test_sentence_order_pairs_are_consecutive_and_swapped_when_labelled():
 def test_pair_truncation_is_berts_loop(len_a, len_b, max_tokens, seed):
     """``_truncate_pair`` computes BERT's truncate_seq_pair loop (drop from the front or back of the longer segment,
     B on a tie, one draw per token) from counts: the same segments, and the generator left in the same state."""
-    from plm_lightning.data.packing import _truncate_pair
+    from plm_lightning.corpus.blocks import _truncate_pair
 
     def loop(a, b, rng):
         while len(a) + len(b) > max_tokens:
@@ -306,8 +307,8 @@ def test_word_start_flags_from_the_vocabulary_equal_those_from_the_word_ids():
     embedded corpus and on texts with ``#``, special tokens written out, and other scripts."""
     import itertools
 
-    from plm_lightning.data.tokenized import SENTENCE_START, WORD_CONT, _flag_word_starts
-    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.corpus.tokenized import SENTENCE_START, WORD_CONT, _flag_word_starts
+    from plm_lightning.corpus.tokenizer import train_tokenizer
 
     texts = [s for d in embedded_corpus() for s in split_sentences(d, "blingfire")]
     texts += ["##abc #hash [MASK] x[MASK]y ## ### a##b", "[CLS][SEP]", "", "ünïcödé 中文 テスト", "[UNK] [PAD]pad"]
@@ -343,8 +344,8 @@ def test_sentences_joined_into_one_encoding_equal_each_sentence_encoded_alone(mo
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from plm_lightning.data.tokenized import tokenize_documents
-    from plm_lightning.data.tokenizer import SENTENCE_BREAK, TextTokenizer, train_tokenizer
+    from plm_lightning.corpus.tokenized import tokenize_documents
+    from plm_lightning.corpus.tokenizer import SENTENCE_BREAK, TextTokenizer, train_tokenizer
 
     sample = list(itertools.islice(embedded_corpus(), 150))
     tok = train_tokenizer("wordpiece", sample, 800)

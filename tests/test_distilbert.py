@@ -87,7 +87,7 @@ def test_distilbert_recipe_trains_from_its_config(tmp_path):
     meta = load_checkpoint(teacher)[CHECKPOINT_KEY]["tokenizer"]
     from tokenizers import Tokenizer
 
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.tokenizer import TextTokenizer
 
     TextTokenizer(Tokenizer.from_str(meta["json"]), meta["special"], meta["kind"]).save(tmp_path / "tok")
     common = ["fit", "--config", str(ROOT / "configs" / "distilbert.yaml"), "--model.teacher", teacher]
@@ -117,7 +117,7 @@ def test_data_with_another_tokenizer_is_refused(tmp_path):
 
     from tokenizers import Tokenizer, models
 
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.tokenizer import TextTokenizer
 
     _, path = _teacher(tmp_path / "t.ckpt")
     student = DistilBERT(teacher=path)

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from plm_lightning.corpus.characters import BOW, CHAR_PAD, EOW, char_ids
 from plm_lightning.data.static import SequenceCollator, WordVocabulary
-from plm_lightning.nn.recurrent import BOW, CHAR_PAD, EOW, ScalarMix, char_ids, reversal_index
+from plm_lightning.nn.recurrent import ScalarMix, reversal_index
 from plm_lightning.objectives import ELMo
 from tests.conftest import ROOT, run_cli
 from tests.test_cli import _train_losses

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
+from plm_lightning.corpus.blocks import TokenizedDocument, pack_sentence_pairs
+from plm_lightning.corpus.knowledge_units import word_signals
 from plm_lightning.data.collators import MaskedLMSettings
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig
 from plm_lightning.data.corruption.sentence_reorder import (
@@ -19,8 +21,6 @@ from plm_lightning.data.corruption.sentence_reorder import (
     reorder_segments,
 )
 from plm_lightning.data.ernie2 import ERNIE2Collator, ERNIE2DataModule
-from plm_lightning.data.knowledge import word_signals
-from plm_lightning.data.packing import TokenizedDocument, pack_sentence_pairs
 from plm_lightning.data.sampling import MixtureSampler
 from plm_lightning.objectives import ERNIE2
 

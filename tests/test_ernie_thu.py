@@ -7,6 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plm_lightning.corpus.graph import EntityLinker, KnowledgeGraph, graph_from_world, load_graph
+from plm_lightning.corpus.transe import TransE, TransEConfig, corrupt, link_prediction, train_transe
+from plm_lightning.corpus.world import WorldConfig, build_world
 from plm_lightning.data.corruption import row_keys
 from plm_lightning.data.corruption.entity_alignment import (
     NO_ENTITY,
@@ -15,9 +18,6 @@ from plm_lightning.data.corruption.entity_alignment import (
     corrupt_alignments,
 )
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.graph import EntityLinker, KnowledgeGraph, graph_from_world, load_graph
-from plm_lightning.knowledge.transe import TransE, TransEConfig, corrupt, link_prediction, train_transe
-from plm_lightning.knowledge.world import WorldConfig, build_world
 from plm_lightning.nn.fusion import KnowledgeFusionLayer
 from tests.conftest import ROOT, cli_error
 

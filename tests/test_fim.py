@@ -34,8 +34,8 @@ def test_token_level_fim_is_a_rearrangement(tokens, spm_rate, seed):
 
 @pytest.fixture(scope="module")
 def tok():
-    from plm_lightning.data import embedded_corpus
-    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.corpus import embedded_corpus
+    from plm_lightning.corpus.tokenizer import train_tokenizer
 
     return train_tokenizer("gpt2", embedded_corpus()[:80], 600)
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.sources import embedded_corpus
-from plm_lightning.data.tokenizer import train_tokenizer
+from plm_lightning.corpus.sources import embedded_corpus
+from plm_lightning.corpus.tokenizer import train_tokenizer
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune import QADataModule, TaggingDataModule, bio_chunks, offline_task
 from plm_lightning.finetune.formats import read_choices, read_conll, read_squad
@@ -202,7 +202,7 @@ def test_datasets_copies_load_by_name_with_label_names(tmp_path, monkeypatch):
 
 
 def test_world_facts_are_balanced_split_by_subject_and_false_only_in_their_object():
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     spec = "world:seed=0,subjects=24"
     world = world_from_spec(spec)
@@ -224,9 +224,9 @@ def test_world_facts_are_balanced_split_by_subject_and_false_only_in_their_objec
 
 
 def test_world_objects_label_each_fact_prompt_with_its_object():
+    from plm_lightning.corpus.world import world_from_spec
     from plm_lightning.evaluation.prompting import load_prompt_task
     from plm_lightning.finetune.tasks import world_labels
-    from plm_lightning.knowledge.world import world_from_spec
 
     spec = "world:seed=0,subjects=24"
     world = world_from_spec(spec)

@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from plm_lightning.data.sources import embedded_corpus
-from plm_lightning.data.tokenizer import train_tokenizer
+from plm_lightning.corpus.sources import embedded_corpus
+from plm_lightning.corpus.tokenizer import train_tokenizer
 from plm_lightning.errors import ConfigError
 from plm_lightning.finetune import (
     ChoiceDataModule,

@@ -7,9 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
-from plm_lightning.data.collators import MaskedLMCollator, MaskedLMSettings
-from plm_lightning.data.corruption import MaskingConfig, select_whole_words, word_ids
-from plm_lightning.data.knowledge import (
+from plm_lightning.corpus.knowledge_units import (
     PhraseConfig,
     capitalised_runs,
     fit_phrases,
@@ -17,6 +15,8 @@ from plm_lightning.data.knowledge import (
     match_lexicon,
     unit_starts,
 )
+from plm_lightning.data.collators import MaskedLMCollator, MaskedLMSettings
+from plm_lightning.data.corruption import MaskingConfig, select_whole_words, word_ids
 
 
 def test_collocations_are_found_by_npmi():
@@ -123,8 +123,8 @@ def test_bad_stage_settings_are_config_errors():
 def test_words_carry_no_tokenizer_whitespace(kind):
     """Entity detection reads each word's first character: byte-level BPE offsets include the leading space, which
     must not hide a capital (a regression: only line-initial words could be entities)."""
-    from plm_lightning.data.knowledge import capitalised_runs
-    from plm_lightning.data.tokenizer import train_tokenizer
+    from plm_lightning.corpus.knowledge_units import capitalised_runs
+    from plm_lightning.corpus.tokenizer import train_tokenizer
 
     tok = train_tokenizer(kind, ["the city of New York uses Python every day"] * 20, 300)
     (_, index, words), = tok.encode_batch_with_words(["the city of New York uses Python"])
@@ -134,7 +134,7 @@ def test_words_carry_no_tokenizer_whitespace(kind):
 
 
 def test_entity_lexicon_units_and_single_word_phrases_are_not_phrases(tmp_path):
-    from plm_lightning.data.knowledge import KnowledgeSpec
+    from plm_lightning.corpus.knowledge_units import KnowledgeSpec
 
     (tmp_path / "entities.txt").write_text("new york\npython\n")
     spec = KnowledgeSpec(entity_lexicon=str(tmp_path / "entities.txt"))

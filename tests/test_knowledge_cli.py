@@ -62,7 +62,7 @@ def test_neurons_and_trace_facts_commands(world_gpt: dict) -> None:
 def test_probe_classifier_and_memories_commands(world_gpt: dict) -> None:
     """``probe --classifier``: a linear probe and its online code per layer (embeddings + 4 blocks) on the world's
     P19 facts; ``probe --memories``: each key's top prefixes by coefficient, and the value/next-token agreement."""
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     ckpt, world = world_gpt["last"], world_gpt["world"]
     result = run_cli(["probe", ckpt, "--world", world, "--classifier", "P19", "--json"], cwd=ROOT)

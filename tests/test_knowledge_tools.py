@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from plm_lightning.corpus import build_world
+from plm_lightning.corpus.world import WorldConfig, prompt_of
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge import build_world
-from plm_lightning.knowledge.world import WorldConfig, prompt_of
 
 # one xdist worker runs every test of the world-trained GPT-2 (pyproject: --dist loadgroup): the other never
 # idles waiting on the `world_gpt` fixture's lock while the model trains

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data.sources import load_documents, source_fingerprint
+from plm_lightning.corpus import RELATIONS, WorldConfig, build_world, prompt_of
+from plm_lightning.corpus.sources import load_documents, source_fingerprint
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge import RELATIONS, WorldConfig, build_world, prompt_of
 
 
 @settings(max_examples=15, deadline=None)

@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plm_lightning.data import MixtureSampler, MultilingualDataModule, fake_language, load_parallel
-from plm_lightning.data.packing import pack_translation_pairs
+from plm_lightning.corpus import fake_language, load_parallel
+from plm_lightning.corpus.blocks import pack_translation_pairs
+from plm_lightning.data import MixtureSampler, MultilingualDataModule
 from plm_lightning.data.sampling import smoothed_probabilities
 from plm_lightning.errors import ConfigError
 from plm_lightning.objectives import MaskedLM

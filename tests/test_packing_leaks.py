@@ -33,7 +33,7 @@ SAME_AS = {"bert": "roberta", "bert-wwm": "roberta", "spanbert": "roberta", "alb
 def short_documents(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The synthetic world's documents (about 20 tokens each, so a 64-token row packs several), as a JSON-lines
     file that the recipes stream into shards."""
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     return world_from_spec("world").save(tmp_path_factory.mktemp("world"))["corpus.jsonl"]
 

@@ -260,9 +260,9 @@ def test_imported_and_trained_checkpoints_validate_in_plain_lightning(tmp_path):
 
     import lightning as L
 
+    from plm_lightning.corpus.sources import embedded_corpus
+    from plm_lightning.corpus.tokenizer import train_tokenizer
     from plm_lightning.data import MaskedLMDataModule
-    from plm_lightning.data.sources import embedded_corpus
-    from plm_lightning.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer("wordpiece", list(itertools.islice(embedded_corpus(), 150)), 800)
     torch.manual_seed(0)

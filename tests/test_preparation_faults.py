@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from plm_lightning.data import corpus_packing
-from plm_lightning.data.corpus_packing import PackingJob, corpus_partitions, load_shards, prepare_shards
-from plm_lightning.data.shards import META_FILE, NpyAppender
-from plm_lightning.data.sources import embedded_corpus
-from plm_lightning.data.tokenizer import train_tokenizer
+from plm_lightning.corpus import pack_partitions as corpus_packing
+from plm_lightning.corpus.pack_partitions import PackingJob, corpus_partitions, load_shards, prepare_shards
+from plm_lightning.corpus.shards import META_FILE, NpyAppender
+from plm_lightning.corpus.sources import embedded_corpus
+from plm_lightning.corpus.tokenizer import train_tokenizer
 from tests.conftest import ROOT
 
 PARTITION_BYTES = 30_000
@@ -154,7 +154,7 @@ def test_a_damaged_shard_file_is_found_and_repacked_with_one_warning(fault, corp
 def test_an_untouched_shard_set_is_checked_without_reading_it(corpus, tmp_path, monkeypatch):
     """A file with its recorded size and modification time is taken as it is (one stat per file); only a file
     touched since is read for its checksum."""
-    from plm_lightning.data import shards
+    from plm_lightning.corpus import shards
 
     root = _prepare(corpus, tmp_path)
     read = []

@@ -36,7 +36,7 @@ def _runner(args: list[str], cwd: Path, env: dict[str, str]) -> int:
 @pytest.fixture(scope="module")
 def streamed_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded corpus as a JSON-lines file on disk: the recipes stream it into shards."""
-    from plm_lightning.data.sources import embedded_corpus
+    from plm_lightning.corpus.sources import embedded_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     path.write_text("".join(json.dumps({"text": doc}) + "\n" for doc in embedded_corpus()))
@@ -50,9 +50,9 @@ def recipe_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[st
     from tokenizers import Tokenizer
 
     from plm_lightning.checkpoint_format import CHECKPOINT_KEY
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.tokenizer import TextTokenizer
+    from plm_lightning.corpus.world import world_from_spec
     from plm_lightning.interop.io import load_checkpoint
-    from plm_lightning.knowledge.world import world_from_spec
     from tests.conftest import tiny_pretrained
 
     root = tmp_path_factory.mktemp("inputs")

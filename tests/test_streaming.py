@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 
+from plm_lightning.corpus.blocks import PackedBlocks
 from plm_lightning.data.datamodule import BlockDataset
-from plm_lightning.data.packing import PackedBlocks
 from tests.conftest import ROOT, run_cli
 from tests.test_cli import _train_losses
 
 pytest.importorskip("litdata")
 
-from plm_lightning.data.streaming import streaming_dataset, write_streams  # noqa: E402
+from plm_lightning.corpus.streaming import streaming_dataset, write_streams  # noqa: E402
 
 
 def _blocks(n: int, length: int, seed: int) -> PackedBlocks:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from plm_lightning import ConfigError
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
+from plm_lightning.corpus.tokenizer import train_tokenizer
 from plm_lightning.data import SpanCorruptionCollator, SpanCorruptionDataModule
 from plm_lightning.data.block_datasets import BlockDataset
 from plm_lightning.data.corruption import IGNORE_INDEX
@@ -21,7 +22,6 @@ from plm_lightning.data.corruption.t5_span import (
     sentinel_ids,
     span_corrupt,
 )
-from plm_lightning.data.tokenizer import train_tokenizer
 from plm_lightning.objectives import Seq2SeqLM
 from tests.conftest import decoder_logits, seq2seq_batch, spread_biases
 
@@ -99,7 +99,7 @@ def test_span_corruption_config_errors(kwargs, needle):
 
 
 def test_unigram_tokenizer_has_t5_sentinels():
-    from plm_lightning.data import embedded_corpus
+    from plm_lightning.corpus import embedded_corpus
 
     tok = train_tokenizer("unigram", embedded_corpus()[:200], 1000)
     assert tok.vocab_size == 1000

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from plm_lightning.arena.applicability import Reader, reader_of, why_not
+from plm_lightning.corpus.world import is_world_spec
 from plm_lightning.errors import ConfigError
-from plm_lightning.knowledge.world import is_world_spec
 
 DEFAULT_RECIPES = ("bert", "roberta", "spanbert", "electra", "deberta-v3", "t5", "bart", "gpt2", "xlnet")
 DOWNSTREAM = {"code-or-prose": "val/f1", "cloze-spans": "val/f1", "next-sentence": "val/accuracy",

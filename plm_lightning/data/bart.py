@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import length_mask, pad_rows, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.bart_noise import BARTNoise, MaskLength, SpanPlacement, bart_noise
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.packing import PackingMode
 from plm_lightning.data.seq2seq import shift_right
 from plm_lightning.errors import ConfigError
 

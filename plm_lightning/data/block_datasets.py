@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks
+from plm_lightning.corpus.blocks import KNOWLEDGE_FIELDS, PackedBlocks
 
 
 class BlockDataset(Dataset):

@@ -11,22 +11,35 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from plm_lightning.data.block_cache import build_or_load
-from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
-from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator, MaskedLMSettings
-from plm_lightning.data.corpus_files import DEFAULT_PARTITION_BYTES, Partition, sample_documents
-from plm_lightning.data.corpus_knowledge import phrase_table_file
-from plm_lightning.data.corpus_packing import (
+from plm_lightning.corpus.block_cache import build_or_load
+from plm_lightning.corpus.blocks import PACKING_MODES, PackedBlocks, PackingMode, reads_sentences
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec, PhraseConfig
+from plm_lightning.corpus.pack_partitions import (
     PackingJob,
     available_cores,
     corpus_partitions,
     load_shards,
     prepare_shards,
 )
+from plm_lightning.corpus.partitions import DEFAULT_PARTITION_BYTES, Partition, sample_documents
+from plm_lightning.corpus.phrase_table import phrase_table_file
+from plm_lightning.corpus.sentences import check_splitter
+from plm_lightning.corpus.shards import ShardedBlocks
+from plm_lightning.corpus.sources import load_documents, source_fingerprint
+from plm_lightning.corpus.streaming import (
+    check_stream_meta,
+    check_streaming,
+    has_split,
+    read_stream_meta,
+    stream_tokenizer,
+    streaming_dataset,
+    streaming_loader,
+)
+from plm_lightning.corpus.tokenizer import KINDS, TextTokenizer, get_tokenizer
+from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
+from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator, MaskedLMSettings
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
-from plm_lightning.data.knowledge import KnowledgeSpec, PhraseConfig
-from plm_lightning.data.packing import PACKING_MODES, PackedBlocks, PackingMode, reads_sentences
 from plm_lightning.data.sampling import (
     BlockSampler,
     InterleavedSampler,
@@ -34,19 +47,6 @@ from plm_lightning.data.sampling import (
     ResumableDataLoader,
     data_replicas,
 )
-from plm_lightning.data.sentences import check_splitter
-from plm_lightning.data.shards import ShardedBlocks
-from plm_lightning.data.sources import load_documents, source_fingerprint
-from plm_lightning.data.streaming import (
-    check_stream_meta,
-    check_streaming,
-    has_split,
-    read_meta,
-    stream_tokenizer,
-    streaming_dataset,
-    streaming_loader,
-)
-from plm_lightning.data.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import default_cache_dir
@@ -131,13 +131,13 @@ class TextDataModule(L.LightningDataModule):
                 pip install 'plm-lightning[zh]').
             sentence_splitter: Where sentence boundaries (NSP/SOP pairs, full_sentences, ERNIE's units, REALM's
                 blocks, Fake-English pairs) come from: pysbd (rule-based, ~0.3 MB/s a core) or blingfire (compiled,
-                ~30x faster; the choice for a corpus of gigabytes). See ``plm_lightning.data.sentences``.
+                ~30x faster; the choice for a corpus of gigabytes). See ``plm_lightning.corpus.sentences``.
             streaming: Train on litdata streams instead of ``source``: directories or object-store URIs (s3://,
-                gs://, ...) written by ``python -m plm_lightning optimize`` (``plm_lightning.data.streaming``);
+                gs://, ...) written by ``python -m plm_lightning optimize`` (``plm_lightning.corpus.streaming``);
                 several are mixed by ``streaming_weights``. Resumes mid-epoch at the same sample.
             streaming_weights: Sampling weight of each ``streaming`` corpus (default: by size).
             preparation_workers: Processes that tokenize and pack a corpus on disk into shards (default: one per
-                CPU core). The shards are the same for any number (``plm_lightning.data.corpus_packing``).
+                CPU core). The shards are the same for any number (``plm_lightning.corpus.pack_partitions``).
             partition_bytes: Text per partition of a corpus on disk: the unit of work of the preparation workers and
                 nodes, and one shard of packed blocks each (part of what the shards depend on).
             tokenizer_train_bytes: Text a tokenizer kind is trained on: the corpus if smaller, else this many bytes
@@ -191,7 +191,7 @@ class TextDataModule(L.LightningDataModule):
 
     def partitions(self, source: str | None | bool = False) -> tuple[list[Partition], str] | None:
         """The partitions and fingerprint of a corpus on disk (``source``, default ``data.source``), read as a stream
-        (``corpus_files``); None for a corpus built in memory (the embedded corpus, the knowledge world) and with
+        (``corpus.partitions``); None for a corpus built in memory (the embedded corpus, the knowledge world) and with
         ``max_documents``."""
         source = self.source if source is False else source
         if source not in self._partitions:
@@ -240,7 +240,7 @@ class TextDataModule(L.LightningDataModule):
     def _load_blocks(self) -> None:
         if self.streaming is not None:
             for uri in self.streaming:  # nothing to build: the streams' packing must be the recipe's
-                check_stream_meta(uri, read_meta(uri), self.packing, self.packed_length())
+                check_stream_meta(uri, read_stream_meta(uri), self.packing, self.packed_length())
             return
         self.blocks = self.blocks_of(self.source, lambda: self.documents()[0], self._fingerprint)
         if len(self.blocks["train"]) == 0:

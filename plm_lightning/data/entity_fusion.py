@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from plm_lightning.data.block_cache import cached_splits, tokenizer_hash
+from plm_lightning.corpus.block_cache import cached_splits, tokenizer_hash
+from plm_lightning.corpus.blocks import FORMAT_VERSION, PackedBlocks, split_documents
 from plm_lightning.data.collators import sample_extras, sample_keys, stack_samples
 from plm_lightning.data.corruption import MaskingConfig, mask_tokens
 from plm_lightning.data.corruption.entity_alignment import (
@@ -25,13 +26,12 @@ from plm_lightning.data.corruption.entity_alignment import (
     corrupt_alignments,
 )
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.packing import FORMAT_VERSION, PackedBlocks, split_documents
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
-if TYPE_CHECKING:  # plm_lightning.knowledge imports the objectives, which import this package
-    from plm_lightning.knowledge.graph import EntityLinker, KnowledgeGraph
+if TYPE_CHECKING:
+    from plm_lightning.corpus.graph import EntityLinker, KnowledgeGraph
 
 
 def linked_blocks(documents: list[str], tokenizer, linker: EntityLinker, seq_len: int,  # noqa: ANN001
@@ -123,8 +123,8 @@ class ERNIETHUDataModule(TextDataModule):
             transe_norm: TransE dissimilarity: 1 (L1) or 2 (L2).
             transe_learning_rate: TransE SGD learning rate.
         """
-        from plm_lightning.knowledge.graph import load_graph
-        from plm_lightning.knowledge.transe import TransEConfig
+        from plm_lightning.corpus.graph import load_graph
+        from plm_lightning.corpus.transe import TransEConfig
 
         super().__init__(*args, **kwargs)
         self.packing = "documents"  # one document per row (chunked at seq_len); no packing across documents
@@ -143,8 +143,8 @@ class ERNIETHUDataModule(TextDataModule):
 
     @property
     def graph(self) -> KnowledgeGraph:
-        from plm_lightning.knowledge.graph import graph_from_world
-        from plm_lightning.knowledge.world import is_world_spec, world_from_spec
+        from plm_lightning.corpus.graph import graph_from_world
+        from plm_lightning.corpus.world import is_world_spec, world_from_spec
 
         if self._graph is None:
             if not is_world_spec(self.source):
@@ -159,14 +159,14 @@ class ERNIETHUDataModule(TextDataModule):
     @property
     def entity_embeddings(self) -> torch.Tensor:
         """``[entities, transe_dim]`` TransE embeddings (trained once per graph and settings, then cached)."""
-        from plm_lightning.knowledge.transe import entity_embeddings
+        from plm_lightning.corpus.transe import entity_embeddings
 
         if self._entities is None:
             self._entities = entity_embeddings(self.graph, self.transe, self.cache_dir / "knowledge")
         return self._entities
 
     def _load_blocks(self) -> None:
-        from plm_lightning.knowledge.graph import EntityLinker
+        from plm_lightning.corpus.graph import EntityLinker
 
         if self.blocks:
             return

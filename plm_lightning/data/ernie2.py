@@ -20,11 +20,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import KNOWLEDGE_FIELDS, PackedBlocks
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.sentence_reorder import reorder_segments
 from plm_lightning.data.datamodule import MaskedLMDataModule, stage_boundaries
-from plm_lightning.data.packing import KNOWLEDGE_FIELDS, PackedBlocks
 from plm_lightning.data.sampling import ResumableDataLoader
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.tokenizer import TextTokenizer
 from plm_lightning.data.collators import CausalLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.fim import FIMSplit, fim_document
 from plm_lightning.data.datamodule import CausalLMDataModule
-from plm_lightning.data.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
 FIM_ROLES = ("fim_prefix", "fim_middle", "fim_suffix")

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import length_mask, pad_rows, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.glm import blank_infill, generation_span, nlu_spans
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.packing import PackingMode
 from plm_lightning.errors import ConfigError
 
 GLM_MEAN_SPAN = 3.0 / (1.0 - math.exp(-3.0))

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.mass import mass_corrupt
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.packing import PackingMode
 from plm_lightning.errors import ConfigError
 
 

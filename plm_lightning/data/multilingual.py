@@ -22,26 +22,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from plm_lightning.data.block_cache import cached_splits, tokenizer_hash
-from plm_lightning.data.collators import MaskedLMCollator
-from plm_lightning.data.corpus_files import Partition, plan_pair_partitions, sample_documents
-from plm_lightning.data.corpus_packing import PackingJob, load_shards, prepare_shards
-from plm_lightning.data.datamodule import MaskedLMDataModule
-from plm_lightning.data.packing import (
+from plm_lightning.corpus.block_cache import cached_splits, tokenizer_hash
+from plm_lightning.corpus.blocks import (
     FORMAT_VERSION,
     PackedBlocks,
     pack_translation_pairs,
     split_documents,
 )
-from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
-from plm_lightning.data.sources import (
+from plm_lightning.corpus.pack_partitions import PackingJob, load_shards, prepare_shards
+from plm_lightning.corpus.partitions import Partition, plan_pair_partitions, sample_documents
+from plm_lightning.corpus.sources import (
     FAKE_PREFIX,
     load_documents,
     load_parallel,
     parallel_fingerprint,
     source_fingerprint,
 )
-from plm_lightning.data.tokenized import flagged_pairs
+from plm_lightning.corpus.tokenized import flagged_pairs
+from plm_lightning.data.collators import MaskedLMCollator
+from plm_lightning.data.datamodule import MaskedLMDataModule
+from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 

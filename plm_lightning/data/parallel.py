@@ -8,9 +8,9 @@ import lightning as L
 import numpy as np
 import torch
 
+from plm_lightning.corpus.sources import load_parallel
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.sampling import KeyedList, ResumableDataLoader, resumable_loader
-from plm_lightning.data.sources import load_parallel
 from plm_lightning.data.static import WordVocabulary, split_words
 from plm_lightning.errors import ConfigError
 

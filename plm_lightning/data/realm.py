@@ -25,12 +25,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from plm_lightning.corpus.sentences import split_corpus
 from plm_lightning.data.collators import pad_rows, sample_keys
 from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.salient_span import mask_salient_span, replace_span, salient_spans
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.sampling import BlockSampler, KeyedList, ResumableDataLoader
-from plm_lightning.data.sentences import split_corpus
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
@@ -116,7 +116,7 @@ def build_corpus(documents: list[str], tokenizer, block_len: int, query_len: int
 def world_sentence_facts(source: str, count: int, splitter: str = "pysbd") -> list[list[int] | None]:
     """The fact of each sentence of the world's first ``count`` documents (None for documents whose sentences do not
     match their facts one to one, such as alias definitions)."""
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     documents = world_from_spec(source).documents[:count]
     out: list[list[int] | None] = []
@@ -152,7 +152,7 @@ def span_substitutes(queries: list[RealmQuery], classes: dict[tuple[int, ...], i
 def world_entity_classes(source: str, tokenizer) -> dict[tuple[int, ...], int]:  # noqa: ANN001
     """The synthetic world's entities by token ids: subjects and their aliases are class 0, the objects of each
     object type (city, language, ...) one class each, so a counterfactual answer is of the answer's type."""
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     world = world_from_spec(source)
     groups = [sorted({*world.subjects, *world.aliases.values()}), *(sorted(names) for _, names in
@@ -279,7 +279,7 @@ class REALMDataModule(TextDataModule):
         self.corpus: RealmCorpus | None = None
 
     def _load_blocks(self) -> None:
-        from plm_lightning.knowledge.world import is_world_spec
+        from plm_lightning.corpus.world import is_world_spec
 
         if self.corpus is not None:
             return
@@ -303,7 +303,7 @@ class REALMDataModule(TextDataModule):
         return self.corpus.blocks
 
     def collator(self) -> REALMCollator:
-        from plm_lightning.knowledge.world import is_world_spec
+        from plm_lightning.corpus.world import is_world_spec
 
         ids = self.tokenizer.ids
         classes = world_entity_classes(self.source, self.tokenizer) if is_world_spec(self.source) else None

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.t5_span import (
@@ -25,7 +26,6 @@ from plm_lightning.data.corruption.t5_span import (
 from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise, mixture_weights
 from plm_lightning.data.datamodule import TextDataModule
 from plm_lightning.data.multilingual import MultiCorpusMixin
-from plm_lightning.data.packing import PackingMode
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 

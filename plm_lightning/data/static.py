@@ -24,9 +24,9 @@ import torch
 from tokenizers import normalizers, pre_tokenizers
 from torch.utils.data import Dataset
 
+from plm_lightning.corpus.sources import load_documents
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.sampling import ResumableDataLoader, resumable_loader
-from plm_lightning.data.sources import load_documents
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
 
@@ -224,7 +224,7 @@ class SequenceCollator:
     by ``attention_mask``), their characters ``chars`` ``[B, T, max_chars]`` and ``lengths``."""
 
     def __init__(self, vocabulary: WordVocabulary, max_chars: int = 50) -> None:
-        from plm_lightning.nn.recurrent import char_ids
+        from plm_lightning.corpus.characters import char_ids
 
         self.bos, self.eos = vocabulary.index["<s>"], vocabulary.index["</s>"]
         self.chars = np.array([char_ids(w, max_chars) for w in vocabulary.words], dtype=np.int64)

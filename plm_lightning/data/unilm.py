@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import MaskedLMDataModule
-from plm_lightning.data.packing import PackingMode
+from plm_lightning.data_contract import ATTENTION_KINDS
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn.masks import ATTENTION_KINDS
 
 UNILM_KINDS = ("bidirectional", "left_to_right", "right_to_left", "prefix")
 """UniLM's four LMs (the last = sequence-to-sequence), in the order of ``lm_mixture``."""
@@ -31,7 +31,7 @@ UNILM_SEGMENTS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_le
 
 class UniLMCollator(MaskedLMCollator):
     """BERT masking of continuation pairs, plus the batch's LM: ``attention_kind`` (an index into
-    ``nn.masks.ATTENTION_KINDS``), ``prefix_lengths`` (the source segment) and the LM's segment ids."""
+    ``data_contract.ATTENTION_KINDS``), ``prefix_lengths`` (the source segment) and the LM's segment ids."""
 
     def __init__(self, *args: Any, mixture: np.ndarray, global_batch: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

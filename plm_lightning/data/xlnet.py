@@ -13,11 +13,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.permutation import factorization_ranks, permutation_mask, sample_span_targets
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.data.packing import PackingMode
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 

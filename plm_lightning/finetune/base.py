@@ -54,7 +54,7 @@ class FinetuneModule(ResumeHooks, L.LightningModule):
 
         pretrained, own_tokenizer = load_pretrained(init_from, objectives, "model.init_from")
         if tokenizer is not None:
-            from plm_lightning.data.tokenizer import TextTokenizer
+            from plm_lightning.corpus.tokenizer import TextTokenizer
 
             own_tokenizer = TextTokenizer.load(tokenizer)
         vocab = pretrained.config.vocab_size

@@ -13,7 +13,7 @@ train/validation/test splits (80/10/10 by a content hash of the paragraph or sen
 * ``next_sentence`` (multiple choice, as SWAG, Zellers et al. 2018): which of four sentences follows the context
   sentence (the others are sentences of other documents).
 
-One task is built from the synthetic knowledge world instead (``data.source: world``, :mod:`plm_lightning.knowledge.world`):
+One task is built from the synthetic knowledge world instead (``data.source: world``, :mod:`plm_lightning.corpus.world`):
 
 * ``world_facts`` (sequence classification; ``offline:world_facts`` for the default world,
   ``offline:world_facts=world:subjects=200,...`` for another): is a sentence of the world a true fact, stated with one
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from plm_lightning.data.sources import embedded_corpus
+from plm_lightning.corpus.sources import embedded_corpus
 from plm_lightning.errors import ConfigError
 
 Splits = dict[str, list[dict[str, Any]]]
@@ -201,7 +201,7 @@ def _next_sentence() -> Splits:
 
 
 def _world_facts(spec: str = "") -> Splits:
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     world = world_from_spec(spec or "world")
     rng = np.random.default_rng(world.config.seed)
@@ -219,7 +219,7 @@ def _world_facts(spec: str = "") -> Splits:
 
 
 def _world_objects(spec: str = "") -> Splits:
-    from plm_lightning.knowledge.world import prompt_of, world_from_spec
+    from plm_lightning.corpus.world import prompt_of, world_from_spec
 
     world = world_from_spec(spec or "world")
     labels = {o: i for i, o in enumerate(o for kind in sorted(world.objects) for o in world.objects[kind])}
@@ -236,7 +236,7 @@ def _world_objects(spec: str = "") -> Splits:
 
 def world_labels(spec: str = "") -> int:
     """How many labels ``world_objects`` of the world ``spec`` has (every object of every type)."""
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     return sum(len(v) for v in world_from_spec(spec or "world").objects.values())
 

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from plm_lightning.corpus.characters import char_ids
 from plm_lightning.data.static import split_words
 from plm_lightning.errors import ConfigError
-from plm_lightning.nn.recurrent import ScalarMix, char_ids
+from plm_lightning.nn.recurrent import ScalarMix
 
 
 def load_word_model(path: str) -> Any:

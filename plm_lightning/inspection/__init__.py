@@ -10,13 +10,13 @@ import numpy as np
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data_contract import ATTENTION_KINDS
 from plm_lightning.errors import ConfigError
 from plm_lightning.inspection.batches import sample_batches, stream_mix
 from plm_lightning.inspection.denoising import blank_infilling_statistics, render_seq2seq, seq2seq_statistics
 from plm_lightning.inspection.entities import collect_entities, entity_summary, render_entities
 from plm_lightning.inspection.permutation import permutation_statistics, render_permutation
 from plm_lightning.inspection.picture import self_attention
-from plm_lightning.nn.masks import ATTENTION_KINDS
 from plm_lightning.recipe_cli import build_recipe as build_datamodule  # noqa: F401 - the tools' name for it
 
 

@@ -57,7 +57,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def tokenizer_from_meta(meta: dict[str, Any]):  # noqa: ANN202
     from tokenizers import Tokenizer
 
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.tokenizer import TextTokenizer
 
     tok = meta.get("tokenizer")
     if tok is None:

@@ -155,7 +155,7 @@ def trace_world(lms: Sequence[LanguageModel], world, methods: Sequence[str], fac
                 alias_facts: int = 20, distractors: int = 100, seed: int = 0) -> list[dict]:
     """MRR and recall@{1,10,25} of each method (and a random ranking) for ``facts`` ordinary and ``alias_facts``
     alias-only facts of ``world``, on the full corpus and in the reranking setup."""
-    from plm_lightning.knowledge.world import prompt_of
+    from plm_lightning.corpus.world import prompt_of
 
     documents = world.texts()
     gold = world.fact_documents()

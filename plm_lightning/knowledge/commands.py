@@ -36,7 +36,7 @@ def run_world(argv: list[str]) -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--world", default="world", help="world spec: world or world:seed=3,subjects=200,...")
     args = parser.parse_args(argv)
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     world = world_from_spec(args.world)
     files = world.save(args.out_dir)
@@ -85,7 +85,7 @@ def run_probe(argv: list[str]) -> None:
         _probe_representations(lm, args)
         return
     if args.world:
-        from plm_lightning.knowledge.world import world_from_spec
+        from plm_lightning.corpus.world import world_from_spec
 
         world = world_from_spec(args.world)
         rows, texts = world.probes(args.split, args.templates), world.texts()
@@ -98,7 +98,7 @@ def run_probe(argv: list[str]) -> None:
         reports.append(probe(lm, rows, first_token=args.objects == "first-token"))
     if args.reader in ("trained", "both"):
         if args.corpus:
-            from plm_lightning.data.sources import load_documents
+            from plm_lightning.corpus.sources import load_documents
 
             texts = load_documents(args.corpus)[0]
         if texts is None:
@@ -135,7 +135,7 @@ def _layers(text: str | None) -> list[int] | None:
 def _world_or_fail(spec: str | None, command: str):  # noqa: ANN202
     if spec is None:
         raise ConfigError(f"{command}: give --world SPEC (the facts and documents with known ground truth)")
-    from plm_lightning.knowledge.world import world_from_spec
+    from plm_lightning.corpus.world import world_from_spec
 
     return world_from_spec(spec)
 
@@ -170,7 +170,7 @@ def run_causal_trace(argv: list[str]) -> None:
         if args.png:
             plot_trace(trace, args.png)
     else:
-        from plm_lightning.knowledge.world import prompt_of, world_from_spec
+        from plm_lightning.corpus.world import prompt_of, world_from_spec
 
         world = world_from_spec(args.world)
         scale = subject_noise_scale(lm, world.subjects, args.noise)
@@ -201,7 +201,7 @@ def _probe_representations(lm, args: argparse.Namespace) -> None:  # noqa: ANN00
     if args.classifier:
         if not args.world:
             raise ConfigError("probe --classifier needs --world (the facts give the labels)")
-        from plm_lightning.knowledge.world import world_from_spec
+        from plm_lightning.corpus.world import world_from_spec
 
         queries, positions, labels, classes = rep.world_property(lm, world_from_spec(args.world), args.classifier)
         features = rep.layer_features(lm, queries, positions)
@@ -219,11 +219,11 @@ def _probe_representations(lm, args: argparse.Namespace) -> None:  # noqa: ANN00
             print(f"{row['layer']:>5}  {row['accuracy']:.3f}     {row['online_bits']:>9.1f}  {row['compression']:.2f}")
         return
     if args.world:
-        from plm_lightning.knowledge.world import world_from_spec
+        from plm_lightning.corpus.world import world_from_spec
 
         texts = world_from_spec(args.world).texts()
     elif args.corpus:
-        from plm_lightning.data.sources import load_documents
+        from plm_lightning.corpus.sources import load_documents
 
         texts = load_documents(args.corpus)[0]
     else:

@@ -15,8 +15,8 @@ from plm_lightning.knowledge.commands import _emit, _layers, _read_jsonl, _world
 def _auto_layers(lm, world, name: str) -> list[int]:  # noqa: ANN001
     """ROME's procedure: the layer with the largest MLP indirect effect at the last subject token (causal tracing over
     ten facts); MEMIT takes it and the layer before it."""
+    from plm_lightning.corpus.world import prompt_of
     from plm_lightning.knowledge.tracing import locate_layer
-    from plm_lightning.knowledge.world import prompt_of
 
     facts = [f for f in world.facts if not f.alias_only][:10]
     layer = locate_layer(lm, [(prompt_of(world.relations[f.relation].templates[0]).format(f.subject), f.subject,
@@ -114,7 +114,7 @@ def run_edit(argv: list[str]) -> None:
             raise ConfigError(f"--layers: layer {layer} is out of range; this model has layers 0..{lm.num_layers - 1}")
     unrelated, texts, world = None, None, None
     if args.world:
-        from plm_lightning.knowledge.world import world_from_spec
+        from plm_lightning.corpus.world import world_from_spec
 
         world = world_from_spec(args.world)
         cases, texts = world.edit_requests(args.count, seed=args.seed), world.texts()
@@ -134,7 +134,7 @@ def run_edit(argv: list[str]) -> None:
             cases = _read_jsonl(args.requests, "--requests", text)
         cases = cases[: args.count]
     if args.corpus:
-        from plm_lightning.data.sources import load_documents
+        from plm_lightning.corpus.sources import load_documents
 
         texts = load_documents(args.corpus)[0]
     if texts is None and args.editor in ("rome", "memit"):

@@ -15,23 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-CHAR_PAD, BOW, EOW, BOS_CHAR, EOS_CHAR = 260, 258, 259, 256, 257
-"""ELMo's 261 character ids: the 256 bytes, begin/end-of-sentence characters, begin/end-of-word marks, padding."""
-NUM_CHARS = 261
-
-
-def char_ids(word: str, max_chars: int = 50) -> list[int]:
-    """``[BOW, bytes..., EOW, PAD...]`` of length ``max_chars`` (the bytes cut to fit); ``<s>`` and ``</s>`` are the
-    single begin/end-of-sentence characters."""
-    if word == "<s>":
-        body = [BOS_CHAR]
-    elif word == "</s>":
-        body = [EOS_CHAR]
-    else:
-        body = list(word.encode("utf-8"))[: max_chars - 2]
-    ids = [BOW, *body, EOW]
-    return ids + [CHAR_PAD] * (max_chars - len(ids))
-
 
 class Highway(nn.Module):
     """Srivastava et al. 2015: ``g * relu(W x) + (1 - g) * x`` per layer, the gate's bias starting at -2 (bilm-tf)."""
@@ -51,12 +34,13 @@ class Highway(nn.Module):
 
 
 class CharCNNEncoder(nn.Module):
-    """Characters ``[B, T, C]`` -> token vectors ``[B, T, projection_dim]``."""
+    """Character ids ``[B, T, C]`` -> token vectors ``[B, T, projection_dim]``."""
 
-    def __init__(self, filters: list[list[int]], char_dim: int = 16, highway_layers: int = 2,
-                 projection_dim: int = 512) -> None:
+    def __init__(self, filters: list[list[int]], num_chars: int, char_pad: int, char_dim: int = 16,
+                 highway_layers: int = 2, projection_dim: int = 512) -> None:
+        """``num_chars`` characters, ``char_pad`` the padding one (ELMo's: ``corpus.characters``)."""
         super().__init__()
-        self.chars = nn.Embedding(NUM_CHARS, char_dim, padding_idx=CHAR_PAD)
+        self.chars = nn.Embedding(num_chars, char_dim, padding_idx=char_pad)
         self.convolutions = nn.ModuleList(nn.Conv1d(char_dim, n, width) for width, n in filters)
         width = sum(n for _, n in filters)
         self.highway = Highway(width, highway_layers)

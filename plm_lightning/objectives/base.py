@@ -16,10 +16,10 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from plm_lightning.data.corruption import IGNORE_INDEX
-from plm_lightning.data_contract import NO_CONTRACT, DataContract, read_contract
+from plm_lightning.data_contract import ATTENTION_KINDS, NO_CONTRACT, DataContract, read_contract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import BackboneConfig, LMHead, get_preset, init_weights
-from plm_lightning.nn.masks import ATTENTION_KINDS, attention_shape
+from plm_lightning.nn.masks import attention_shape
 from plm_lightning.nn.stack_inputs import StackInputs, batch_inputs
 from plm_lightning.objectives import scale
 from plm_lightning.objectives.checkpoint_metadata import CHECKPOINT_KEY, CheckpointHooks
@@ -187,7 +187,7 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
         document's), 0-based ``position_ids`` (XLM's TLM restarts them per language), every id input it reads
         (``stack.input_keys()``: segments, task types, GLM's block positions, an objective's own), and the attention
         shape: the stack's own (bidirectional encoder, causal decoder) unless the batch asks for one of
-        ``nn.masks.ATTENTION_KINDS`` by ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
+        ``data_contract.ATTENTION_KINDS`` by ``attention_kind`` (an index; UniLM's per-batch mixture) and/or
         ``prefix_lengths`` ``[B]`` (prefix-LM: UL2's decoder-only mode, GLM's Part A)."""
         shape = {}
         if "attention_kind" in batch or "prefix_lengths" in batch:

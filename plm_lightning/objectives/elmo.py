@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from plm_lightning.corpus.characters import CHAR_PAD, NUM_CHARS
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.legacy_keys import drop_on_load
@@ -57,8 +58,8 @@ class ELMo(StaticEmbeddings):
     def build(self, vocab_size: int) -> None:
         hp = self.hparams
         if hp.token_encoder == "chars":
-            self.token_encoder = CharCNNEncoder(hp.filters or ELMO_FILTERS, hp.char_dim, hp.highway_layers,
-                                                hp.projection_dim)
+            self.token_encoder = CharCNNEncoder(hp.filters or ELMO_FILTERS, NUM_CHARS, CHAR_PAD, hp.char_dim,
+                                                hp.highway_layers, hp.projection_dim)
         else:
             self.token_encoder = nn.Embedding(vocab_size, hp.projection_dim)
         self.bilm = BiLM(hp.projection_dim, hp.lstm_dim, hp.num_layers, hp.dropout)
@@ -105,7 +106,7 @@ class ELMo(StaticEmbeddings):
         words = torch.arange(len(self.vocabulary), device=self.softmax.weight.device)
         if self.hparams.token_encoder == "words":
             return self.token_encoder(words)
-        from plm_lightning.nn.recurrent import char_ids
+        from plm_lightning.corpus.characters import char_ids
 
         chars = torch.tensor([char_ids(w) for w in self.vocabulary.words], device=words.device)[None]
         return self.token_encoder(chars)[0]

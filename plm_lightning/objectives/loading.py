@@ -37,7 +37,7 @@ def hf_to_checkpoint(hf_dir: str | Path, generator_dir: str | Path | None = None
     """
     import lightning as L
 
-    from plm_lightning.data.tokenizer import TextTokenizer
+    from plm_lightning.corpus.tokenizer import TextTokenizer
     from plm_lightning.objectives import ELECTRA, CausalLM, MaskedLM, PermutationLM, Seq2SeqLM
 
     directory, config = read_hf_dir(hf_dir)

@@ -3,7 +3,7 @@ instead of random tokens, mask one *salient span* per sentence - a named entity 
 BERT-based tagger trained on CoNLL-2003 and a regular expression for dates - so the masked tokens need world
 knowledge rather than local syntax ("United Kingdom", "July 1969").
 
-Entities here are runs of capitalised words (:func:`plm_lightning.data.knowledge.capitalised_runs`: a lone
+Entities here are runs of capitalised words (:func:`plm_lightning.corpus.knowledge_units.capitalised_runs`: a lone
 sentence-initial capital is sentence case, not an entity); dates are runs of month names, day numbers next to a
 month, and years 1000-2099. The span's every token becomes ``[MASK]`` and carries the loss.
 """
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from plm_lightning.corpus.knowledge_units import capitalised_runs
 from plm_lightning.data.corruption.counter_rng import uniforms
 from plm_lightning.data.corruption.token_mask import IGNORE_INDEX
-from plm_lightning.data.knowledge import capitalised_runs
 
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec")

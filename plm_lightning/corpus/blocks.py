@@ -1,4 +1,4 @@
-"""Pack tokenized documents (:mod:`plm_lightning.data.tokenized`) into fixed-length blocks (memory-mapped ``.npy`` files,
+"""Pack tokenized documents (:mod:`plm_lightning.corpus.tokenized`) into fixed-length blocks (memory-mapped ``.npy`` files,
 cached by ``block_cache``).
 
 Packing modes:
@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from plm_lightning.data.tokenized import (  # noqa: F401 - TokenizedDocument, tokenize_documents: re-exported
+from plm_lightning.corpus.tokenized import (  # noqa: F401 - TokenizedDocument, tokenize_documents: re-exported
     ID_BITS,
     TokenizedDocument,
     flagged_pairs,
@@ -37,7 +37,7 @@ from plm_lightning.data.tokenized import (  # noqa: F401 - TokenizedDocument, to
     split_flags,
     tokenize_documents,
 )
-from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.corpus.tokenizer import TextTokenizer
 from plm_lightning.errors import ConfigError
 
 PackingMode = Literal["contiguous", "concatenated", "documents", "full_sentences", "doc_sentences", "sentence_pairs",
@@ -378,7 +378,7 @@ def pack_translation_pairs(pairs: list[tuple[list[int], list[int]]], length: int
     """XLM's translation language modelling input (Lample & Conneau 2019, sec. 3.3 and fig. 2): one sentence pair
     per block, ``[CLS] source [SEP] target [SEP]``, positions restarting at the target sentence and every token
     tagged with its sentence's language; a pair longer than the block loses tokens as BERT's truncate_seq_pair
-    does. ``pairs`` hold flagged tokens (:func:`~plm_lightning.data.tokenized.flagged_pairs`), so word-level masking
+    does. ``pairs`` hold flagged tokens (:func:`~plm_lightning.corpus.tokenized.flagged_pairs`), so word-level masking
     sees word starts."""
     rows, positions, language_rows = [], [], []
     for source, target in pairs:

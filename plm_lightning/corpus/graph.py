@@ -23,7 +23,7 @@ from plm_lightning.errors import ConfigError
 
 
 class FactSource(Protocol):
-    """What a knowledge graph is built from (``knowledge.world.World`` is one): facts naming a subject, a relation id
+    """What a knowledge graph is built from (``corpus.world.World`` is one): facts naming a subject, a relation id
     and an object, the relations by id, and aliases of the subjects."""
 
     relations: Any

@@ -13,8 +13,8 @@ from plm_lightning.files import writable_path
 
 
 def run_prepare(argv: list[str]) -> None:
-    from plm_lightning.data.cleaning import STEPS, Cleaner, CleaningConfig
-    from plm_lightning.data.sentences import SENTENCE_SPLITTERS
+    from plm_lightning.corpus.c4_filters import STEPS, Cleaner, CleaningConfig
+    from plm_lightning.corpus.sentences import SENTENCE_SPLITTERS
 
     parser = CommandParser(prog="plm_lightning prepare",
                            description="Clean a corpus with the C4 filters (T5 paper sec. 2.2) and write it as JSONL, with a "
@@ -53,9 +53,9 @@ def run_prepare(argv: list[str]) -> None:
                             bad_words=args.bad_words, language=args.language,
                             language_threshold=args.language_threshold, dedup_span=args.dedup_span,
                             sentence_splitter=args.sentence_splitter)
-    from plm_lightning.data.corpus_cleaning import clean_corpus
-    from plm_lightning.data.corpus_packing import available_cores, corpus_partitions
-    from plm_lightning.data.sources import load_documents
+    from plm_lightning.corpus.clean_partitions import clean_corpus
+    from plm_lightning.corpus.pack_partitions import available_cores, corpus_partitions
+    from plm_lightning.corpus.sources import load_documents
     from plm_lightning.files import atomic_write
     from plm_lightning.progress import progress_bar
 
@@ -111,7 +111,7 @@ def run_optimize(argv: list[str]) -> None:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
     writable_path(args.out, "optimize: the output")
     chunk_bytes(args.chunk_bytes)
-    from plm_lightning.data.streaming import write_streams
+    from plm_lightning.corpus.streaming import write_streams
     from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     datamodule, _ = build_datamodule(args.config, rest)
@@ -144,7 +144,7 @@ def run_pack(argv: list[str]) -> None:
         raise ConfigError("plm_lightning pack: give --config RECIPE.yaml (and --data.source FILES)")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be >= 1")
-    from plm_lightning.data.corpus_packing import shard_statistics
+    from plm_lightning.corpus.pack_partitions import shard_statistics
     from plm_lightning.recipe_cli import build_recipe as build_datamodule
 
     datamodule, _ = build_datamodule(args.config, rest, prepare=False)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from plm_lightning.data.sentences import check_splitter
+from plm_lightning.corpus.sentences import check_splitter
 from plm_lightning.errors import ConfigError
 
 STEPS = ("terminal_punctuation", "min_words", "javascript", "lorem_ipsum", "curly_bracket", "bad_words",
@@ -92,7 +92,7 @@ class CleaningConfig:
         language_threshold: Its least probability.
         dedup_span: Sentences per deduplicated span (``dedup``; 3 in C4).
         sentence_splitter: What counts sentences (``min_sentences``) and cuts the spans (``dedup``): one of
-            :data:`~plm_lightning.data.sentences.SENTENCE_SPLITTERS`.
+            :data:`~plm_lightning.corpus.sentences.SENTENCE_SPLITTERS`.
     """
 
     steps: tuple[str, ...] = tuple(s for s in STEPS if s != "bad_words")
@@ -193,7 +193,7 @@ class Cleaner:
 
     def _dedup(self, lines: Lines) -> Lines:
         """Remove the sentences of every ``dedup_span``-sentence window already seen earlier in the corpus."""
-        from plm_lightning.data.sentences import split_sentences
+        from plm_lightning.corpus.sentences import split_sentences
 
         sentences = [(i, s) for i, line in enumerate(lines) for s in split_sentences(line, self.config.sentence_splitter)]
         n = self.config.dedup_span
@@ -212,7 +212,7 @@ class Cleaner:
 
     def seen_before(self, key: str, start: int) -> bool:
         """Whether span ``key`` (the window starting at sentence ``start`` of this page) occurred earlier in the
-        corpus; remembers it. In memory here; ``corpus_cleaning`` answers it from hashes sorted on disk."""
+        corpus; remembers it. In memory here; ``clean_partitions`` answers it from hashes sorted on disk."""
         if key in self.seen_spans:
             return True
         self.seen_spans.add(key)
@@ -256,6 +256,6 @@ def _page_filter(keep: Callable[[Lines], bool]) -> Callable[[Lines], Lines]:
 
 
 def _sentence_count(lines: Lines, splitter: str) -> int:
-    from plm_lightning.data.sentences import split_sentences
+    from plm_lightning.corpus.sentences import split_sentences
 
     return sum(len(split_sentences(line, splitter)) for line in lines)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from plm_lightning.corpus.graph import KnowledgeGraph
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
-from plm_lightning.knowledge.graph import KnowledgeGraph
 
 
 @dataclass(frozen=True)

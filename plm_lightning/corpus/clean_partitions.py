@@ -1,4 +1,4 @@
-"""``prepare`` over a corpus of any size: the C4 steps of :mod:`~plm_lightning.data.cleaning` run partition by
+"""``prepare`` over a corpus of any size: the C4 steps of :mod:`~plm_lightning.corpus.c4_filters` run partition by
 partition in worker processes, with memory bounded by one partition's buffers.
 
 Every step but ``dedup`` looks at one page. C4's span deduplication (Raffel et al. 2020, sec. 2.2: "we discarded
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from plm_lightning.data.cleaning import Cleaner, CleaningConfig, CleaningReport, StepCount
-from plm_lightning.data.corpus_files import Partition, read_partition
-from plm_lightning.data.corpus_packing import run_in_workers
+from plm_lightning.corpus.c4_filters import Cleaner, CleaningConfig, CleaningReport, StepCount
+from plm_lightning.corpus.pack_partitions import run_in_workers
+from plm_lightning.corpus.partitions import Partition, read_partition
 from plm_lightning.files import atomic_write
 from plm_lightning.progress import ByteProgress
 

@@ -1,4 +1,4 @@
-"""A corpus of any size to packed shards with flat memory: partitions (``corpus_files``) read document by document,
+"""A corpus of any size to packed shards with flat memory: partitions (``partitions``) read document by document,
 tokenized in batches and packed as they go (``packing.packed_rows``), in worker processes, on one or many machines.
 
 Every partition is packed alone into its own shard (``shards``): the rows depend on the partition and the recipe,
@@ -35,11 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from plm_lightning.data import corpus_files, sources
-from plm_lightning.data.corpus_files import Partition, Segment, read_pairs, read_partition, text_batches
-from plm_lightning.data.corpus_knowledge import load_phrase_table
-from plm_lightning.data.knowledge import KnowledgeSpec, Phrase
-from plm_lightning.data.packing import (
+from plm_lightning.corpus import partitions as partition_files
+from plm_lightning.corpus import sources
+from plm_lightning.corpus.blocks import (
     FORMAT_VERSION,
     PackedBlocks,
     pack_translation_pairs,
@@ -47,12 +45,15 @@ from plm_lightning.data.packing import (
     reads_sentences,
     rows_to_blocks,
 )
-from plm_lightning.data.shards import ShardedBlocks, ShardWriter, read_meta, write_meta
-from plm_lightning.data.tokenized import TokenizedDocument, flagged_pairs, tokenize_documents
-from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec, Phrase
+from plm_lightning.corpus.partitions import Partition, read_pairs, read_partition, text_batches
+from plm_lightning.corpus.phrase_table import load_phrase_table
+from plm_lightning.corpus.shards import ShardedBlocks, ShardWriter, read_meta, write_meta
+from plm_lightning.corpus.tokenized import TokenizedDocument, flagged_pairs, tokenize_documents
+from plm_lightning.corpus.tokenizer import TextTokenizer
+from plm_lightning.corpus.world import is_world_spec
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, process_alive
-from plm_lightning.knowledge.world import is_world_spec
 from plm_lightning.progress import ByteProgress
 
 SHARDS_VERSION = 1
@@ -76,11 +77,11 @@ class PackingJob:
     text_field: str = "text"
     segmenter: str = "tokenizer"
     sentence_splitter: str = "pysbd"
-    """Sentence boundaries of the sentence-level modes (:mod:`~plm_lightning.data.sentences`)."""
+    """Sentence boundaries of the sentence-level modes (:mod:`~plm_lightning.corpus.sentences`)."""
     window: int = PAIR_WINDOW_TOKENS
     knowledge: KnowledgeSpec | None = None
     """ERNIE's phrase and entity units, marked on every token (``phrases_file``: the corpus's fitted phrase table,
-    :mod:`~plm_lightning.data.corpus_knowledge`; None with a phrase lexicon)."""
+    :mod:`~plm_lightning.corpus.phrase_table`; None with a phrase lexicon)."""
     phrases_file: str | None = None
     languages: tuple[int, int] | None = None
     """``mode="translation"``: the language ids of a parallel corpus's two sides (XLM's TLM pairs)."""
@@ -114,7 +115,7 @@ def is_validation(document: str, seed: int, val_fraction: float) -> bool:
 def tokenized_stream(documents: Iterable[str], tokenizer: TextTokenizer, by_sentence: bool, segmenter: str,
                      batch_bytes: int = BATCH_BYTES, knowledge: KnowledgeSpec | None = None,
                      phrases: set[Phrase] | None = None, splitter: str = "pysbd") -> Iterator[TokenizedDocument]:
-    """:func:`~plm_lightning.data.packing.tokenize_documents` over a stream, ``batch_bytes`` of text at a time
+    """:func:`~plm_lightning.corpus.blocks.tokenize_documents` over a stream, ``batch_bytes`` of text at a time
     (ERNIE's units from ``knowledge`` with the corpus's phrase table ``phrases``; sentences by ``splitter``)."""
     for batch in text_batches(documents, batch_bytes):
         yield from tokenize_documents(batch, tokenizer, by_sentence, knowledge, segmenter, False, phrases, splitter)
@@ -266,7 +267,7 @@ def shard_name(index: int) -> str:
 
 def shard_set_dir(cache_dir: Path, job: PackingJob, partitions: list[Partition], fingerprint: str) -> Path:
     """Where the shards of ``job`` over ``partitions`` live: keyed by everything the rows depend on."""
-    from plm_lightning.data.block_cache import tokenizer_hash
+    from plm_lightning.corpus.block_cache import tokenizer_hash
 
     key_fields = {"v": SHARDS_VERSION, "format": FORMAT_VERSION, "source": fingerprint,
                   "partitions": [[asdict(s) for s in p.segments] for p in partitions],
@@ -406,27 +407,27 @@ def shard_statistics(root: Path) -> dict:
     return totals
 
 
-def corpus_partitions(source: str | None, text_field: str, split: str, partition_bytes: int = corpus_files.DEFAULT_PARTITION_BYTES
-                      ) -> tuple[list[Partition], str] | None:
+def corpus_partitions(source: str | None, text_field: str, split: str,
+                      partition_bytes: int = partition_files.DEFAULT_PARTITION_BYTES) -> tuple[list[Partition], str] | None:
     """The partitions of a corpus on disk (files, directories, globs, saved or named ``datasets``) and its
     fingerprint; None for the corpora built in memory (the embedded corpus, the knowledge world, Fake-English)."""
     if source in (None, "", sources.EMBEDDED) or source.startswith(sources.FAKE_PREFIX) or is_world_spec(source):
         return None
     if sources.is_saved_dataset(source):
-        return corpus_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
+        return partition_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
     if Path(source).expanduser().exists() or glob.glob(os.path.expanduser(source)):
         files = sources.resolve_files(source)
         for f in files:
-            if corpus_files.file_kind(f) is None or corpus_files.file_kind(f)[1] is None:
+            if partition_files.file_kind(f) is None or partition_files.file_kind(f)[1] is None:
                 sources._check_text_file(f)
-        partitions = corpus_files.plan_partitions(files, text_field, partition_bytes)
+        partitions = partition_files.plan_partitions(files, text_field, partition_bytes)
         if not partitions:
             raise ConfigError(f"data.source: '{source}' contains no text")
         return partitions, sources._file_fingerprint(files, text_field)
     if any(ch in source for ch in "*?") or source.endswith(sources.TEXT_SUFFIXES) or source.startswith((".", "~", "/")):
         sources.resolve_files(source)  # raises the missing-file error
-    return corpus_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
+    return partition_files.plan_dataset_partitions(source, text_field, split, partition_bytes)
 
 
-__all__ = ["PackingJob", "Segment", "is_validation", "load_shards", "pack_partition", "prepare_shards",
+__all__ = ["PackingJob", "is_validation", "load_shards", "pack_partition", "prepare_shards",
            "shard_statistics"]

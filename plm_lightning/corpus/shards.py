@@ -1,7 +1,7 @@
 """Packed blocks on disk as shards: one directory per corpus partition, one ``.npy`` file per split and field, read
 back memory-mapped as one :class:`ShardedBlocks` whose rows run over the shards in partition order.
 
-``.npy`` files because they are what :class:`~plm_lightning.data.packing.PackedBlocks` already reads: self-describing
+``.npy`` files because they are what :class:`~plm_lightning.corpus.blocks.PackedBlocks` already reads: self-describing
 (dtype and shape in the header), memory-mapped by ``np.load(mmap_mode="r")`` with no dependency, random access by
 row in O(1), and written row batch by row batch here (the header is written with room for any row count and
 rewritten with the real one when the shard is closed), so a worker never holds more than one batch of rows.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plm_lightning.data.packing import BLOCK_FIELDS, PackedBlocks
+from plm_lightning.corpus.blocks import BLOCK_FIELDS, PackedBlocks
 
 HEADER_BYTES = 128
 """Magic, version, length and the header dict, padded with spaces: room for a shape of any row count."""

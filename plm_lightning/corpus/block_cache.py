@@ -11,17 +11,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from plm_lightning.data.knowledge import KnowledgeSpec
-from plm_lightning.data.packing import (
+from plm_lightning.corpus.blocks import (
     FORMAT_VERSION,
     PackedBlocks,
     pack,
     reads_sentences,
     split_documents,
 )
-from plm_lightning.data.shards import read_meta, write_meta
-from plm_lightning.data.tokenized import tokenize_documents
-from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec
+from plm_lightning.corpus.shards import read_meta, write_meta
+from plm_lightning.corpus.tokenized import tokenize_documents
+from plm_lightning.corpus.tokenizer import TextTokenizer
 
 
 def build_or_load(documents_fn, fingerprint: str, tokenizer: TextTokenizer, tokenizer_file: str | None, mode: str,  # noqa: ANN001

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from plm_lightning.data.corpus_files import (
+from plm_lightning.corpus.partitions import (
     COMPRESSIONS,
     file_kind,
     is_saved_dataset,
@@ -26,10 +26,10 @@ from plm_lightning.data.corpus_files import (
     plan_partitions,
     read_partition,
 )
-from plm_lightning.data.sentences import split_corpus
+from plm_lightning.corpus.sentences import split_corpus
+from plm_lightning.corpus.world import is_world_spec, world_fingerprint, world_from_spec
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
-from plm_lightning.knowledge.world import is_world_spec, world_fingerprint, world_from_spec
 
 EMBEDDED = "embedded"
 FAKE_PREFIX = "fake:"
@@ -127,7 +127,7 @@ def _check_text_file(path: Path) -> None:
 
 
 def _read_file(path: Path, text_field: str) -> Iterator[str]:
-    """The documents of one file, read as a stream (``corpus_files``: the same reader the packing workers use)."""
+    """The documents of one file, read as a stream (``partitions``: the same reader the packing workers use)."""
     kind = file_kind(path)
     if kind is None or kind[1] is None:
         _check_text_file(path)
@@ -187,7 +187,7 @@ def load_documents(source: str | None, text_field: str = "text", split: str = "t
         return [fake_language(d) for d in docs], f"fake-v1-{fingerprint}"
     if source in (None, "", EMBEDDED):
         docs, fingerprint = list(embedded_corpus()), _embedded_fingerprint()
-    elif is_world_spec(source):  # the synthetic knowledge world (plm_lightning.knowledge.world)
+    elif is_world_spec(source):  # the synthetic knowledge world (plm_lightning.corpus.world)
         docs, fingerprint = world_from_spec(source).texts(), world_fingerprint(source)
     else:
         if is_saved_dataset(source):

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from plm_lightning.data.packing import BLOCK_FIELDS, PackedBlocks
+from plm_lightning.corpus.blocks import BLOCK_FIELDS, PackedBlocks
 from plm_lightning.errors import ConfigError
 
-META_FILE = "plm_lightning.json"
+STREAM_META_FILE = "plm_lightning.json"
 TOKENIZER_FILE = "tokenizer.json"
 SCALAR_FIELDS = ("segment_b_start", "sentence_label")
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "azure://", "hf://", "http://", "https://")
@@ -73,7 +73,7 @@ def write_streams(blocks: dict[str, PackedBlocks], output_dir: Path, meta: dict[
                          chunk_bytes=chunk_bytes, num_workers=min(num_workers, len(spans)), mode="overwrite")
     if tokenizer_file is not None:
         shutil.copyfile(tokenizer_file, output_dir / TOKENIZER_FILE)
-    (output_dir / META_FILE).write_text(json.dumps({**meta, "blocks": counts}, indent=2))
+    (output_dir / STREAM_META_FILE).write_text(json.dumps({**meta, "blocks": counts}, indent=2))
     return counts
 
 
@@ -94,7 +94,7 @@ def _private_litdata_cache(directory: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def read_meta(uri: str) -> dict[str, Any] | None:
+def read_stream_meta(uri: str) -> dict[str, Any] | None:
     """A local stream directory's ``plm_lightning.json`` (None for an object-store URI: its config must say how the
     blocks were packed)."""
     if is_remote(uri):
@@ -103,7 +103,7 @@ def read_meta(uri: str) -> dict[str, Any] | None:
     if not (path / "train" / "index.json").is_file():
         raise ConfigError(f"data.streaming: '{uri}' holds no litdata train split ({path / 'train' / 'index.json'} "
                           "is missing); write one with `python -m plm_lightning optimize --config RECIPE.yaml DIR`")
-    meta = path / META_FILE
+    meta = path / STREAM_META_FILE
     return json.loads(meta.read_text()) if meta.is_file() else None
 
 

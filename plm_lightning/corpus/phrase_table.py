@@ -1,6 +1,6 @@
-"""ERNIE's phrase table for a corpus streamed from disk (``corpus_packing``): the word2phrase collocations
-(:func:`~plm_lightning.data.knowledge.fit_phrases`, Mikolov et al. 2013, sec. 4) fitted once, before packing, on a
-bounded sample spread over the whole corpus, as the tokenizer is trained (``corpus_files.sample_documents``), then
+"""ERNIE's phrase table for a corpus streamed from disk (``pack_partitions``): the word2phrase collocations
+(:func:`~plm_lightning.corpus.knowledge_units.fit_phrases`, Mikolov et al. 2013, sec. 4) fitted once, before packing, on a
+bounded sample spread over the whole corpus, as the tokenizer is trained (``partitions.sample_documents``), then
 written to the cache so every packing worker marks its partition's phrases with the same table.
 
 The sample's words are spilled to a temporary file as they are segmented (sentence splitting is the slow part), and
@@ -16,10 +16,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from plm_lightning.data.corpus_files import Partition, sample_documents, text_batches
-from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, fit_phrases
-from plm_lightning.data.sentences import split_sentences
-from plm_lightning.data.tokenizer import TextTokenizer
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec, Phrase, fit_phrases
+from plm_lightning.corpus.partitions import Partition, sample_documents, text_batches
+from plm_lightning.corpus.sentences import split_sentences
+from plm_lightning.corpus.tokenizer import TextTokenizer
 from plm_lightning.files import atomic_write
 
 BATCH_BYTES = 1 << 20

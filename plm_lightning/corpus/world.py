@@ -225,7 +225,7 @@ class World:
         """Write ``corpus.jsonl`` (text + fact ids), ``facts.jsonl``, ``probes.jsonl`` (LAMA, canonical templates),
         ``paraphrase_probes.jsonl``, ``counterfact.json`` and the facts as a knowledge graph (``graph.tsv``,
         ``graph_aliases.tsv``: ERNIE-THU's ``data.graph`` / ``data.graph_aliases``)."""
-        from plm_lightning.knowledge.graph import graph_from_world
+        from plm_lightning.corpus.graph import graph_from_world
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)

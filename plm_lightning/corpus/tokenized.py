@@ -1,7 +1,7 @@
 """Documents to flagged token ids: one pass of the tokenizer over the text (sentence by sentence where the packing
 mode needs sentences), each token carrying its unit flags above bit ``ID_BITS`` (continues a word / phrase /
 entity, lies in a phrase / entity, ERNIE 2.0's word signals, starts a sentence), so the packers
-(:mod:`plm_lightning.data.packing`) only move tokens around; :func:`split_flags` decodes them when blocks are
+(:mod:`plm_lightning.corpus.blocks`) only move tokens around; :func:`split_flags` decodes them when blocks are
 written."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from plm_lightning.data.knowledge import KnowledgeSpec, Phrase, word_signals
-from plm_lightning.data.sentences import split_corpus, split_sentences
-from plm_lightning.data.tokenizer import TextTokenizer, concatenated
+from plm_lightning.corpus.knowledge_units import KnowledgeSpec, Phrase, word_signals
+from plm_lightning.corpus.sentences import split_corpus, split_sentences
+from plm_lightning.corpus.tokenizer import TextTokenizer, concatenated
 
 # per-token flags carried next to the id until blocks are written (the packers only move tokens around)
 ID_BITS = 40
@@ -88,7 +88,7 @@ def tokenize_documents(documents: list[str], tokenizer: TextTokenizer, by_senten
                        cache: bool = True, phrases: set[Phrase] | None = None, splitter: str = "pysbd"
                        ) -> list[TokenizedDocument]:
     """One pass of the tokenizer over the corpus; sentences are kept when the packing mode needs them (split by
-    ``splitter``, once, and cached on disk with ``cache``, see :func:`~plm_lightning.data.sentences.split_corpus`).
+    ``splitter``, once, and cached on disk with ``cache``, see :func:`~plm_lightning.corpus.sentences.split_corpus`).
     With ``knowledge``, phrases are fitted on (or looked up
     for) the corpus' words, unless ``phrases`` gives the table (a streamed corpus's, fitted beforehand), and entity
     units found per sentence."""
@@ -127,7 +127,7 @@ def _flag_word_starts(encodings: Sequence[Any], continuations: np.ndarray | None
     """:func:`_flag_sentence` without knowledge units, from the tokenizer's word ids: the fast path of every recipe
     but ERNIE's (a token continues a word when it has the word id of the token before in its sentence; a token
     without a word id, None, never does), or from ``continuations`` (per id, see
-    :meth:`~plm_lightning.data.tokenizer.TextTokenizer.word_continuations`) where the vocabulary tells the same.
+    :meth:`~plm_lightning.corpus.tokenizer.TextTokenizer.word_continuations`) where the vocabulary tells the same.
     One numpy pass over the whole batch of ``tokenizers`` encodings: ``(flagged, starts, ends)``, encoding i's
     tokens at ``flagged[starts[i]:ends[i]]``."""
     flat, starts, ends = concatenated([e.ids for e in encodings])
