@@ -20,12 +20,26 @@ def _train_losses(run_dir: Path, name: str = "train/loss") -> list[float]:
         return [float(r[name]) for r in csv.DictReader(f) if r.get(name)]
 
 
+TRAINED_ELSEWHERE = {
+    "distilbert": "needs a teacher checkpoint: tests/test_distilbert.py trains one first",
+    "realm": "needs its retrieval index warm-started: tests/test_realm.py",
+    "cove": "an LSTM translation model, its loss criterion in tests/test_cove.py",
+    "elmo": "an LSTM LM, its perplexity criterion in tests/test_elmo.py",
+    "word2vec": "word vectors, judged by their neighbours in tests/test_static_embeddings.py",
+    "fasttext": "word vectors, judged by their neighbours in tests/test_static_embeddings.py",
+    "glove": "word vectors, judged by their neighbours in tests/test_static_embeddings.py",
+}
+"""The recipes whose training is judged by their own tests, and why; every other recipe of configs/ is trained
+here (a new recipe is picked up without editing this file)."""
+TRANSFORMER_RECIPES = sorted(set(p.stem for p in (ROOT / "configs").glob("*.yaml")) - set(TRAINED_ELSEWHERE))
+
+
+def test_every_recipe_excused_from_the_loss_test_exists():
+    assert set(TRAINED_ELSEWHERE) <= {p.stem for p in (ROOT / "configs").glob("*.yaml")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["bert", "bert-wwm", "spanbert", "albert", "roberta", "electra", "modernbert",
-                                    "deberta", "deberta-v3", "ernie", "ernie2", "xlm", "mbert", "t5", "t5-v1_1",
-                                    "mt5", "ul2", "ul2-decoder", "mass", "bart", "glm", "unilm", "gpt2",
-                                    "gpt2-fim", "gpt3", "xlnet", "transformer-xl", "continuum",
-                                    "ernie-thu"])
+@pytest.mark.parametrize("recipe", TRANSFORMER_RECIPES)
 def test_recipe_trains_and_loss_goes_down(recipe, tmp_path):
     steps = 80 if recipe == "mass" else 40  # MASS predicts half of every row: its loss falls more slowly at first
     res = run_cli(["fit", "--config", str(ROOT / "configs" / f"{recipe}.yaml"), *QUICK, "--trainer.max_steps", str(steps)],

@@ -65,3 +65,53 @@ def test_every_relative_link_of_the_readme_and_the_docs_resolves() -> None:
     linked = re.findall(r"\]\(docs/([^)#\s]+)", (ROOT / "README.md").read_text())
     linked += re.findall(r"\]\(([^)#\s]+)", (DOCS / "README.md").read_text())
     assert {p.name for p in DOCS.glob("*.md")} - {"README.md"} <= {Path(t).name for t in linked}
+
+
+def test_the_readme_recipe_table_and_the_docs_index_are_generated_from_the_pages() -> None:
+    """``python docs/build.py --tables`` has been run since the last change to a page header or a recipe."""
+    build = _build_module()
+    for path, expected in build.expected_tables().items():
+        assert path.read_text(encoding="utf-8") == expected, (
+            f"{path.relative_to(ROOT)} is stale: run python docs/build.py --tables")
+    for recipe in RECIPES:
+        assert f"[`{recipe}`](docs/objectives/{recipe}.md)" in (ROOT / "README.md").read_text()
+
+
+def test_the_objectives_picture_was_drawn_from_the_current_recipes() -> None:
+    reason = _build_module().stale_picture()
+    assert reason is None, f"docs/objectives.png is stale ({reason}): run python docs/build.py"
+
+
+def test_the_staleness_checks_see_a_new_recipe_and_an_edited_one(tmp_path, monkeypatch) -> None:
+    """The two checks above can fail: a recipe added without a page is refused by name, a table misses the new
+    page's row until rebuilt, and a picture drawn before an edit says which recipe changed."""
+    from plm_lightning.inspection.picture import draw_grid, recipe_configs, recipe_digests
+
+    build = _build_module()
+    configs, pages = tmp_path / "configs", tmp_path / "objectives"
+    configs.mkdir()
+    pages.mkdir()
+    for recipe in ("bert", "gpt2"):
+        (configs / f"{recipe}.yaml").write_bytes((ROOT / "configs" / f"{recipe}.yaml").read_bytes())
+        (pages / f"{recipe}.md").write_bytes((DOCS / "objectives" / f"{recipe}.md").read_bytes())
+    monkeypatch.setattr(build, "CONFIGS", configs)
+    monkeypatch.setattr(build, "PAGES", pages)
+    monkeypatch.setattr(build, "PICTURE", tmp_path / "objectives.png")
+    assert [line.split("`")[1] for line in build.recipe_table().splitlines()[2:]] == ["bert", "gpt2"]
+    draw_grid([], build.PICTURE, {}, drawn_from=recipe_digests(recipe_configs(configs)))
+    assert build.stale_picture() is None
+
+    (configs / "reverse.yaml").write_text("# a new recipe\n")
+    with pytest.raises(SystemExit, match=r"no page docs/objectives/reverse.md for configs/reverse.yaml"):
+        build.recipe_table()
+    page = (pages / "gpt2.md").read_text().replace("# GPT-2", "# Reverse LM", 1)
+    (pages / "reverse.md").write_text(page)
+    assert "[`reverse`](docs/objectives/reverse.md)" in build.recipe_table()
+    assert "[`reverse`](objectives/reverse.md): Reverse LM" in build.index_list()
+    assert build.stale_picture() == "drawn before these recipes changed: reverse"
+    (configs / "bert.yaml").write_text((configs / "bert.yaml").read_text() + "# edited\n")
+    assert build.stale_picture() == "drawn before these recipes changed: bert, reverse"
+
+    (pages / "reverse.md").write_text(page.replace("| family | ", "| family | Diffusion LMs x", 1))
+    with pytest.raises(SystemExit, match=r"reverse.md: family 'Diffusion LMs x.*' is none of"):
+        build.recipe_table()

@@ -11,6 +11,8 @@ figure: the encoder block is bidirectional, decoder rows see every encoder token
 
 from __future__ import annotations
 
+import hashlib
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -159,8 +161,29 @@ def draw_picture(picture: ObjectivePicture, path: Path) -> None:
     plt.close(fig)
 
 
-def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, str], columns: int = 6) -> None:
-    """Every recipe's mask in one figure (the recipes that have none are listed under it)."""
+RECIPES_KEY = "plm_lightning recipes"
+"""The PNG text chunk where the grid records which recipes it drew, by the SHA-256 of their YAML (so a test can tell
+that ``docs/objectives.png`` is stale without drawing it again)."""
+
+
+def recipe_digests(configs: dict[str, Path]) -> dict[str, str]:
+    """``{recipe: sha256 of its YAML}``: what a grid was drawn from."""
+    return {name: hashlib.sha256(config.read_bytes()).hexdigest() for name, config in configs.items()}
+
+
+def drawn_recipes(path: Path) -> dict[str, str]:
+    """The recipes a grid PNG says it was drawn from (``{}`` for a PNG without the record)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        text = image.info.get(RECIPES_KEY)
+    return json.loads(text) if text else {}
+
+
+def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, str], columns: int = 6,
+              drawn_from: dict[str, str] | None = None) -> None:
+    """Every recipe's mask in one figure (the recipes that have none are listed under it); ``drawn_from`` (recipe
+    digests) is written into the PNG's text chunk ``RECIPES_KEY``."""
     plt = pyplot()
     rows = max(1, -(-len(pictures) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.9 * rows + 0.6), squeeze=False)
@@ -176,7 +199,8 @@ def draw_grid(pictures: list[ObjectivePicture], path: Path, skipped: dict[str, s
         note.append("not drawn: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
     fig.text(0.5, 0.005, "\n".join(textwrap.fill(line, 200) for line in note), ha="center", va="bottom", fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=110)
+    metadata = {RECIPES_KEY: json.dumps(drawn_from, sort_keys=True)} if drawn_from is not None else None
+    fig.savefig(path, dpi=110, metadata=metadata)
     plt.close(fig)
 
 
@@ -226,5 +250,5 @@ def draw_all_recipes(configs: dict[str, Path], path: Path, overrides: list[str],
             skipped[name] = reason
             log(f"{name}: skipped ({reason})")
         advance()
-    draw_grid(pictures, path, skipped)
+    draw_grid(pictures, path, skipped, drawn_from=recipe_digests(configs))
     return pictures, skipped
