@@ -48,6 +48,13 @@ class DataContract:
     """ERNIE (THU): the knowledge graph's TransE entity embeddings ``[entities, dim]``."""
     knowledge_blocks: Sequence[Any] | None = None
     """REALM: the token ids of every retrievable block, in block-id order."""
+    examples: str | None = None
+    """Word-level data: what it yields (``pairs``, ``cooccurrence``, ``sequences``: ``data.examples``;
+    ``translation``: source-target sentence pairs); None for token blocks."""
+    word_vocabulary: Any = None
+    """Word-level data: the ``WordVocabulary`` of its inputs (a translation's source side)."""
+    target_vocabulary: Any = None
+    """Translation data: the target side's ``WordVocabulary``."""
 
     @property
     def longest_input(self) -> int | None:

@@ -200,3 +200,37 @@ def test_checkpoint_readers_know_the_word_vector_objectives_by_name():
     from plm_lightning.objectives.static_queries import STATIC_OBJECTIVES
 
     assert tuple(STATIC_OBJECTIVES) == WORD_VECTOR_OBJECTIVES
+
+
+def test_word_vector_objectives_read_their_vocabulary_from_the_data_contract(tmp_path):
+    """The model receives its words through ``contract()`` (no attribute read off the data module): the data's
+    examples must be the model's, and token blocks are refused naming the data module to use."""
+    from types import SimpleNamespace
+
+    from plm_lightning.data import CausalLMDataModule, ParallelDataModule, WordEmbeddingDataModule
+    from plm_lightning.errors import ConfigError
+    from plm_lightning.objectives import CoVe
+
+    words = WordEmbeddingDataModule(examples="pairs", min_count=1, max_documents=20, cache_dir=str(tmp_path))
+    model = Word2Vec(dim=8)
+    model._trainer = SimpleNamespace(datamodule=words)
+    model.setup("fit")
+    assert model.vocabulary is words.contract().word_vocabulary and len(model.vocabulary) > 100
+    glove = GloVe(dim=8)
+    glove._trainer = SimpleNamespace(datamodule=words)
+    with pytest.raises(ConfigError, match="GloVe trains on data.examples=cooccurrence, not pairs"):
+        glove.setup("fit")
+    blocks = CausalLMDataModule(max_documents=20, cache_dir=str(tmp_path), tokenizer_vocab_size=300)
+    model = Word2Vec(dim=8)
+    model._trainer = SimpleNamespace(datamodule=blocks)
+    with pytest.raises(ConfigError, match=r"not CausalLMDataModule \(use data.class_path: "
+                                          r"plm_lightning.data.WordEmbeddingDataModule\)"):
+        model.setup("fit")
+    cove = CoVe(layers=1, hidden=8, embedding_dim=8)
+    cove._trainer = SimpleNamespace(datamodule=words)
+    with pytest.raises(ConfigError, match="CoVe trains on data.examples=translation, not pairs"):
+        cove.setup("fit")
+    pairs = ParallelDataModule(max_pairs=50)
+    cove._trainer = SimpleNamespace(datamodule=pairs)
+    cove.setup("fit")
+    assert cove.target_vocabulary is pairs.target_vocabulary and cove.vocabulary is pairs.source_vocabulary

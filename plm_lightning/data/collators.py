@@ -16,6 +16,7 @@ import torch
 
 from plm_lightning.data.corruption import IGNORE_INDEX, MaskingConfig, mask_tokens, mask_whole_words, row_keys
 from plm_lightning.data.corruption.span_mask import SpanConfig, mask_ngrams, mask_spans, span_boundaries
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.errors import ConfigError
 
 
@@ -149,6 +150,46 @@ def _mask_knowledge(c: MaskedLMCollator, samples: list[dict[str, Any]], ids: np.
         corrupted[rows], labels[rows] = mask_whole_words(ids[rows], maskable[rows], starts, keys[rows], c.masking,
                                                          c.mask_token_id, c.random_token_ids, priority)
     return corrupted, labels, {"knowledge_stage": torch.from_numpy(stage)}
+
+
+class KnowledgeMaskingNotes(InspectionNotes):
+    """ERNIE 1.0 (``masking_scheme=ernie``) in ``inspect``: the share of masked tokens inside phrases / entities,
+    the stage mix of the measured rows, and the sample's knowledge units bracketed."""
+
+    def __init__(self, stages: tuple[str, ...]) -> None:
+        self.stages, self.seen, self.chosen = stages, [], 0
+        self.inside = {"in_phrase": 0, "in_entity": 0}
+
+    def add(self, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+        loss = batch["labels"].numpy() != IGNORE_INDEX
+        self.chosen += int(loss.sum())
+        for name in self.inside:
+            if name in samples[0]:
+                self.inside[name] += int(np.stack([s[name] for s in samples])[loss].sum())
+        self.seen.extend(batch["knowledge_stage"].tolist())
+
+    def summary(self) -> dict[str, Any]:
+        if not self.seen:
+            return {}
+        share = {name: n / self.chosen if self.chosen else None for name, n in self.inside.items()}
+        return {"phrase_token_fraction": share["in_phrase"], "entity_token_fraction": share["in_entity"],
+                "stages": {self.stages[k]: self.seen.count(k) for k in sorted(set(self.seen))}}
+
+    def describe(self, sample: dict[str, Any], batch: dict[str, Any], tokenizer: Any, real: int) -> str:
+        text = "".join(f"{kind} units [...]:\n  {bracket_units(sample, kind, tokenizer, real)}\n\n"
+                       for kind in ("phrase", "entity") if f"in_{kind}" in sample)
+        return text + f"stage: {self.stages[int(batch['knowledge_stage'][0])]}\n\n"
+
+
+def bracket_units(sample: dict[str, Any], kind: str, tokenizer: Any, real: int) -> str:
+    """The sample's tokens with each multi-token phrase or entity unit in brackets."""
+    inside, starts = sample[f"in_{kind}"][:real], sample[f"{kind}_starts"][:real]
+    pieces = []
+    for i, t in enumerate(sample["input_ids"][:real].tolist()):
+        opens = inside[i] and (i == 0 or starts[i] or not inside[i - 1])
+        closes = inside[i] and (i + 1 == real or starts[i + 1] or not inside[i + 1])
+        pieces.append(("[" if opens else "") + tokenizer.id_to_token(t) + ("]" if closes else ""))
+    return " ".join(pieces)
 
 
 MASKING_SCHEMES: dict[str, Callable[..., Masked]] = {

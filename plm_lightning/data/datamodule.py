@@ -37,9 +37,16 @@ from plm_lightning.corpus.streaming import (
 )
 from plm_lightning.corpus.tokenizer import KINDS, TextTokenizer, get_tokenizer
 from plm_lightning.data.block_datasets import BlockDataset, StreamDataset
-from plm_lightning.data.collators import MASKING_SCHEMES, CausalLMCollator, MaskedLMCollator, MaskedLMSettings
+from plm_lightning.data.collators import (
+    MASKING_SCHEMES,
+    CausalLMCollator,
+    KnowledgeMaskingNotes,
+    MaskedLMCollator,
+    MaskedLMSettings,
+)
 from plm_lightning.data.corruption import MaskingConfig
 from plm_lightning.data.corruption.span_mask import SpanConfig, ngram_distribution
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.data.sampling import (
     BlockSampler,
     InterleavedSampler,
@@ -333,6 +340,11 @@ class TextDataModule(L.LightningDataModule):
     def collator(self) -> Any:
         raise NotImplementedError
 
+    def inspection_notes(self) -> list[InspectionNotes]:
+        """What this objective's data adds to ``inspect`` (statistics, lines about a sample) beyond its view's
+        common fields: none by default."""
+        return []
+
     def _replicas(self) -> tuple[int, int]:
         return data_replicas(self.trainer)
 
@@ -495,6 +507,9 @@ class MaskedLMDataModule(TextDataModule):
 
     def collator(self) -> MaskedLMCollator:
         return MaskedLMCollator(self.collator_settings())
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [KnowledgeMaskingNotes(self.knowledge_stages)] if self.masking_scheme == "ernie" else []
 
 
 class CausalLMDataModule(TextDataModule):

@@ -23,8 +23,9 @@ import torch
 from plm_lightning.corpus.blocks import KNOWLEDGE_FIELDS, PackedBlocks
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
-from plm_lightning.data.corruption.sentence_reorder import reorder_segments
+from plm_lightning.data.corruption.sentence_reorder import class_permutation, reorder_segments
 from plm_lightning.data.datamodule import MaskedLMDataModule, stage_boundaries
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.data.sampling import ResumableDataLoader
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
@@ -178,3 +179,71 @@ class ERNIE2DataModule(MaskedLMDataModule):
     def collator(self) -> ERNIE2Collator:
         return ERNIE2Collator(self.collator_settings(), tasks=self.tasks, task_epochs=self.task_epochs,
                               max_reorder_segments=self.max_reorder_segments)
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [*super().inspection_notes(), ERNIE2Notes(self.collator())]
+
+
+class ERNIE2Notes(InspectionNotes):
+    """ERNIE 2.0 in ``inspect``: how often each task is trained, the input forms, the label balance of each task;
+    for a sample, its active tasks, input form and the labels of each task."""
+
+    def __init__(self, collate: ERNIE2Collator) -> None:
+        self.collate = collate
+        self.seen: dict[str, list] = {k: [] for k in ("forms", "active", "reorder", "distance", "capitalization",
+                                                      "relation")}
+
+    def add(self, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+        seen = self.seen
+        seen["forms"].extend(batch["task_type_ids"].tolist())
+        seen["active"].extend(self.collate.active_tasks(s.get("progress", 0.0)) for s in samples)
+        for key, name in (("reorder_label", "reorder"), ("distance_label", "distance")):
+            seen[name].extend(v for v in batch[key].tolist() if v != IGNORE_INDEX)
+        for key, name in (("capitalization_labels", "capitalization"), ("relation_labels", "relation")):
+            if key in batch:
+                labels = batch[key].numpy()
+                seen[name].extend(labels[labels != IGNORE_INDEX].tolist())
+
+    def summary(self) -> dict[str, Any]:
+        seen = self.seen
+        if not seen["forms"]:
+            return {}
+        n = len(seen["forms"])
+        orders = {c: class_permutation(c) for c in set(seen["reorder"])}
+
+        def share(values: list[int], classes: int) -> list[float] | None:
+            return (np.bincount(values, minlength=classes) / len(values)).round(4).tolist() if values else None
+
+        reorder = seen["reorder"]
+        return {
+            "task_fraction": {t: sum(t in a for a in seen["active"]) / n for t in self.collate.tasks},
+            "form_fraction": dict(zip(("word", "reordering", "distance"), share(seen["forms"], 3))),
+            # m = 3: n ~ U{1, 2, 3} segments, so 2 on average and in order 1/3 (1 + 1/2 + 1/6) = 0.556 of the time
+            "reorder_mean_segments": float(np.mean([len(orders[c]) for c in reorder])) if reorder else None,
+            "reorder_in_order_fraction": float(np.mean([orders[c] == tuple(sorted(orders[c])) for c in reorder]))
+            if reorder else None,
+            "distance_label_fraction": share(seen["distance"], 3),
+            "capitalized_fraction": float(np.mean(seen["capitalization"])) if seen["capitalization"] else None,
+            "relation_positive_fraction": float(np.mean(seen["relation"])) if seen["relation"] else None,
+        }
+
+    def describe(self, sample: dict[str, Any], batch: dict[str, Any], tokenizer: Any, real: int) -> str:
+        form = ("word-aware block", "reordered block", "sentence pair")[int(batch["task_type_ids"][0])]
+        text = f"tasks: {', '.join(self.collate.active_tasks(sample.get('progress', 0.0)))} (task id: {form})\n\n"
+        reorder, distance = int(batch["reorder_label"][0]), int(batch["distance_label"][0])
+        if reorder != IGNORE_INDEX:
+            order = class_permutation(reorder)
+            text += (f"sentence reordering: class {reorder} = {len(order)} segment(s) laid out in order "
+                     f"{list(order)}\n\n")
+        if distance != IGNORE_INDEX:
+            meaning = ("B follows A", "B elsewhere in A's document", "B from another document")
+            text += f"sentence distance: {distance} ({meaning[distance]})\n\n"
+        ids = batch["input_ids"][0].tolist()
+        for key, name, positive in (("capitalization_labels", "capitalization", "capitalised"),
+                                    ("relation_labels", "token-document relation", "in another sentence")):
+            if key in batch and (batch[key][0] != IGNORE_INDEX).any():
+                labels = batch[key][0].tolist()[:real]
+                words = " ".join(tokenizer.id_to_token(ids[i]) + ("*" if v == 1 else "") for i, v in enumerate(labels)
+                                 if v != IGNORE_INDEX)
+                text += f"{name} (words asked; * = {positive}):\n  {words}\n\n"
+        return text

@@ -14,6 +14,7 @@ from plm_lightning.data.collators import CausalLMCollator, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.fim import FIMSplit, fim_document
 from plm_lightning.data.datamodule import CausalLMDataModule
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.errors import ConfigError
 
 FIM_ROLES = ("fim_prefix", "fim_middle", "fim_suffix")
@@ -108,3 +109,20 @@ class FIMDataModule(CausalLMDataModule):
     def collator(self) -> FIMCollator:
         return FIMCollator(self.tokenizer, self.fim_rate, self.spm_rate, self.fim_split, self.seed,
                            self.document_mask)
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [FIMNotes()]
+
+
+class FIMNotes(InspectionNotes):
+    """FIM in ``inspect``: the share of documents moved into PSM/SPM layout (Bavarian et al. 2022: ``fim_rate``)."""
+
+    def __init__(self) -> None:
+        self.moved = self.documents = 0
+
+    def add(self, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+        self.moved += int(batch["fim_documents"].sum())
+        self.documents += int(batch["documents"].sum())
+
+    def summary(self) -> dict[str, Any]:
+        return {"fim_document_fraction": self.moved / self.documents} if self.documents else {}

@@ -15,6 +15,7 @@ from plm_lightning.data.collators import length_mask, pad_rows, sample_keys
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.corruption.glm import blank_infill, generation_span, nlu_spans
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.errors import ConfigError
 
 GLM_MEAN_SPAN = 3.0 / (1.0 - math.exp(-3.0))
@@ -52,6 +53,17 @@ class GLMCollator:
                 "prefix_lengths": torch.tensor([r.part_a_length for r in rows]),
                 "blanked_tokens": torch.tensor([sum(e - s for s, e in r.spans) for r in rows]),
                 "spans": torch.tensor([len(r.spans) for r in rows])}
+
+
+class GLMNotes(InspectionNotes):
+    """GLM in ``inspect``: a row's 2-D positions (Du et al. 2022, sec. 2.2.1): Part A's own positions, Part B's
+    tokens at the position of their span's [MASK] in Part A; the block position, 0 in Part A and 1.. within each
+    span of Part B."""
+
+    def describe(self, sample: dict[str, Any], batch: dict[str, Any], tokenizer: Any, real: int) -> str:
+        return (f"positions (Part B: its span's [MASK] in Part A):\n  {batch['position_ids'][0, :real].tolist()}\n\n"
+                f"block positions (0: Part A; 1.. within a span):\n  {batch['block_position_ids'][0, :real].tolist()}"
+                "\n\n")
 
 
 class GLMDataModule(TextDataModule):
@@ -94,3 +106,6 @@ class GLMDataModule(TextDataModule):
         tok = self.tokenizer
         return GLMCollator(tok.ids["mask"], tok.ids["sop"], tok.ids["eop"], tok.ids["pad"], self.seq_len,
                            self.mask_ratio, self.poisson_lambda, self.generation_fraction, self.seed)
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [GLMNotes()]

@@ -41,6 +41,7 @@ from plm_lightning.corpus.sources import (
 from plm_lightning.corpus.tokenized import flagged_pairs
 from plm_lightning.data.collators import MaskedLMCollator
 from plm_lightning.data.datamodule import MaskedLMDataModule
+from plm_lightning.data.inspection_notes import InspectionNotes, StreamNotes
 from plm_lightning.data.sampling import ResumableDataLoader, smoothed_probabilities
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
@@ -155,6 +156,9 @@ class MultiCorpusMixin:
         self.stream_names, self.stream_languages = list(self.languages), list(range(len(self.languages)))
         self.stream_blocks = streams
         self.blocks = {split: streams[split][0] for split in streams}  # the first language's, for generic readers
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [*super().inspection_notes(), StreamNotes(self)]  # type: ignore[misc] - the mixin precedes a TextDataModule
 
     def stream_weights(self) -> np.ndarray:
         """Training probability of each language's stream."""

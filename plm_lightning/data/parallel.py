@@ -12,6 +12,7 @@ from plm_lightning.corpus.sources import load_parallel
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.sampling import KeyedList, ResumableDataLoader, resumable_loader
 from plm_lightning.data.static import WordVocabulary, split_words
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 
 
@@ -71,6 +72,12 @@ class ParallelDataModule(L.LightningDataModule):
     def vocabulary(self) -> WordVocabulary | None:
         """The source side's vocabulary: what the encoder (CoVe) reads."""
         return self.source_vocabulary
+
+    def contract(self) -> DataContract:
+        """Translation pairs and both vocabularies (built from the training split on first use)."""
+        self.setup()
+        return DataContract(examples="translation", word_vocabulary=self.source_vocabulary,
+                            target_vocabulary=self.target_vocabulary)
 
     def setup(self, stage: str | None = None) -> None:
         if self.source_vocabulary is not None:

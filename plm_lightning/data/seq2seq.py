@@ -25,6 +25,7 @@ from plm_lightning.data.corruption.t5_span import (
 )
 from plm_lightning.data.corruption.ul2 import UL2_DENOISERS, denoise, mixture_weights
 from plm_lightning.data.datamodule import TextDataModule
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.data.multilingual import MultiCorpusMixin
 from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
@@ -230,3 +231,47 @@ class UL2DataModule(SpanCorruptionDataModule):
         modes = {"R": tok.ids["mode_r"], "S": tok.ids["mode_s"], "X": tok.ids["mode_x"]}
         return UL2Collator(self.sentinels(), tok.ids["eos"], tok.ids["pad"], modes, self.denoiser_weights, self.seed,
                            self.decoder_only)
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [*super().inspection_notes(), DenoiserNotes(self.collator())]
+
+
+def input_rows(batch: dict[str, Any]) -> list[np.ndarray]:
+    """Each row's (encoder or prefix) input tokens: the real tokens, or the first ``prefix_lengths`` of a
+    decoder-only row."""
+    ids, real = batch["input_ids"].numpy(), batch["attention_mask"].numpy().astype(bool)
+    if "prefix_lengths" in batch:
+        return [ids[i, :p] for i, p in enumerate(batch["prefix_lengths"].tolist())]
+    return [ids[i][real[i]] for i in range(len(ids))]
+
+
+class DenoiserNotes(InspectionNotes):
+    """UL2 in ``inspect``: per denoiser (Tay et al. 2023, Table 1), its share of the rows, the original tokens it
+    predicts, its mean span length and its input and target lengths."""
+
+    def __init__(self, collate: UL2Collator) -> None:
+        self.collate = collate
+        self.markers = sorted(set(collate.sentinels.tolist()) | {collate.eos_id})
+        self.per_denoiser: dict[int, list[int]] = {}  # [rows, original, noise, spans, input, target tokens]
+
+    def add(self, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+        labels, rows = batch["labels"].numpy(), input_rows(batch)
+        for row, d in enumerate(batch["denoiser"].tolist()):
+            carried = labels[row][labels[row] != IGNORE_INDEX]
+            real = rows[row]
+            noise = int((~np.isin(carried, self.markers)).sum())
+            spans = int(np.isin(real, self.collate.sentinels).sum()) or 1  # S: the suffix is one span
+            stats = [1, int((np.asarray(samples[row]["document_ids"]) >= 0).sum()), noise, spans, len(real),
+                     len(carried)]
+            self.per_denoiser[d] = [a + b for a, b in zip(self.per_denoiser.get(d, [0] * 6), stats)]
+
+    def summary(self) -> dict[str, Any]:
+        acc = self.per_denoiser
+        if not acc:
+            return {}
+        total = sum(v[0] for v in acc.values())
+        return {"denoisers": {UL2_DENOISERS[d].name: {"share": rows / total, "loss_fraction": noise / tokens,
+                                                      "mean_span_length": noise / spans,
+                                                      "input_length_mean": inputs / rows,
+                                                      "target_length_mean": targets / rows}
+                              for d, (rows, tokens, noise, spans, inputs, targets) in sorted(acc.items())}}

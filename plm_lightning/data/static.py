@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from plm_lightning.corpus.sources import load_documents
 from plm_lightning.data.collators import sample_keys
 from plm_lightning.data.sampling import ResumableDataLoader, resumable_loader
+from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.files import atomic_write, default_cache_dir
 
@@ -313,6 +314,11 @@ class WordEmbeddingDataModule(L.LightningDataModule):
         self.vocabulary: WordVocabulary | None = None
         self.splits: dict[str, list[np.ndarray]] = {}
         self.entries: CooccurrenceEntries | None = None
+
+    def contract(self) -> DataContract:
+        """The examples and the vocabulary (built from the training split on first use)."""
+        self.setup()
+        return DataContract(examples=self.examples, word_vocabulary=self.vocabulary)
 
     def setup(self, stage: str | None = None) -> None:
         if self.vocabulary is not None:

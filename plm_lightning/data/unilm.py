@@ -21,6 +21,7 @@ import torch
 from plm_lightning.corpus.blocks import PackingMode
 from plm_lightning.data.collators import MaskedLMCollator, sample_keys
 from plm_lightning.data.datamodule import MaskedLMDataModule
+from plm_lightning.data.inspection_notes import InspectionNotes
 from plm_lightning.data_contract import ATTENTION_KINDS
 from plm_lightning.errors import ConfigError
 
@@ -88,3 +89,22 @@ class UniLMDataModule(MaskedLMDataModule):
     def collator(self) -> UniLMCollator:
         return UniLMCollator(self.collator_settings(), mixture=self.lm_mixture,
                              global_batch=self.batch_size * self._replicas()[0])
+
+    def inspection_notes(self) -> list[InspectionNotes]:
+        return [*super().inspection_notes(), AttentionKindNotes()]
+
+
+class AttentionKindNotes(InspectionNotes):
+    """UniLM in ``inspect``: the share of measured batches under each language model's mask (Dong et al. 2019,
+    sec. 2.3: 1/3 bidirectional, 1/6 each direction, 1/3 sequence-to-sequence)."""
+
+    def __init__(self) -> None:
+        self.kinds: list[int] = []
+
+    def add(self, samples: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+        self.kinds.append(int(batch["attention_kind"]))
+
+    def summary(self) -> dict[str, Any]:
+        kinds = self.kinds
+        return ({"attention_kind_fraction": {ATTENTION_KINDS[k]: kinds.count(k) / len(kinds)
+                                             for k in sorted(set(kinds))}} if kinds else {})

@@ -20,7 +20,7 @@ from plm_lightning.errors import ConfigError
 from plm_lightning.finetune.base import ENCODERS, FinetuneModule
 from plm_lightning.finetune.transfer import Transfer
 from plm_lightning.nn import Pooler
-from plm_lightning.nn.stack_inputs import text_inputs
+from plm_lightning.nn.stack_inputs import StackInputs, text_inputs
 
 
 def last_token_states(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -77,7 +77,8 @@ def sequence_states(module: Any, input_ids: Tensor, attention_mask: Tensor | Non
         return module.backbone(input_ids, text_inputs(module.backbone, attention_mask, token_type_ids)).last_hidden_state
     start = torch.full_like(input_ids[:, :1], module.decoder_start_id)
     decoder_ids = torch.cat([start, input_ids[:, :-1]], dim=1)
-    _, decoded = module.backbone(input_ids, decoder_ids, attention_mask, attention_mask)
+    _, decoded = module.backbone(input_ids, decoder_ids, StackInputs(attention_mask=attention_mask),
+                                 StackInputs(attention_mask=attention_mask))
     return decoded.last_hidden_state
 
 

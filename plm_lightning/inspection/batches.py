@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
 from plm_lightning.data.datamodule import TextDataModule
 
 
@@ -25,15 +21,3 @@ def sample_batches(datamodule: TextDataModule, n: int, progress: float | None = 
     for b in starts:
         samples = [loader.dataset[k] for k in keys[b * bs:(b + 1) * bs]]
         yield samples, loader.collate_fn(samples)
-
-
-def stream_mix(datamodule: TextDataModule, streams: list[int]) -> dict[str, Any]:
-    """Multilingual data (XLM, mBERT): the share of measured samples per language / parallel corpus, next to the
-    smoothed sampling probabilities they are drawn with."""
-    names = getattr(datamodule, "stream_names", None)
-    if not names or not streams:
-        return {}
-    counts = np.bincount(streams, minlength=len(names)) / len(streams)
-    target = datamodule.stream_weights()
-    return {"stream_fraction": dict(zip(names, counts.round(4).tolist())),
-            "stream_probability": dict(zip(names, target.round(4).tolist()))}

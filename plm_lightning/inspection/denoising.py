@@ -10,20 +10,11 @@ import numpy as np
 
 from plm_lightning.data.corruption import IGNORE_INDEX
 from plm_lightning.data.datamodule import TextDataModule
-from plm_lightning.inspection.batches import sample_batches, stream_mix
+from plm_lightning.data.inspection_notes import summarize
+from plm_lightning.data.seq2seq import input_rows
+from plm_lightning.inspection.batches import sample_batches
 
-
-def input_rows(batch: dict[str, Any]) -> list[np.ndarray]:
-    """Each row's (encoder or prefix) input tokens: the real tokens, or the first ``prefix_lengths`` of a
-    decoder-only row."""
-    ids, real = batch["input_ids"].numpy(), batch["attention_mask"].numpy().astype(bool)
-    if "prefix_lengths" in batch:
-        return [ids[i, :p] for i, p in enumerate(batch["prefix_lengths"].tolist())]
-    return [ids[i][real[i]] for i in range(len(ids))]
-
-
-_NULL_MASKING = {"mask_token_fraction": None, "random_token_fraction": None, "unchanged_fraction": None,
-                 "phrase_token_fraction": None, "entity_token_fraction": None, "stages": None}
+_NULL_MASKING = {"mask_token_fraction": None, "random_token_fraction": None, "unchanged_fraction": None}
 
 
 def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:
@@ -35,13 +26,10 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
     original = noise = predicted = spans = inserted = loss_tokens = 0
     inputs: list[int] = []
     targets: list[int] = []
-    streams: list[int] = []
-    per_denoiser: dict[int, list[int]] = {}
+    notes = datamodule.inspection_notes()
     for samples, batch in sample_batches(datamodule, batches):
-        if "stream" in batch:
-            streams.extend(batch["stream"].tolist())
-        if "denoiser" in batch:
-            _collect_denoisers(per_denoiser, collate, samples, batch, markers)
+        for note in notes:
+            note.add(samples, batch)
         original += int(sum((np.asarray(s["document_ids"]) >= 0).sum() for s in samples))
         labels = batch["labels"].numpy()
         carried = labels != IGNORE_INDEX
@@ -63,32 +51,8 @@ def seq2seq_statistics(datamodule: TextDataModule, model: Any, batches: int) -> 
         "mean_span_length": noise / spans if spans else None, **({"inserted_tokens": inserted} if inserted else {}),
         "input_length_mean": float(np.mean(inputs)) if inputs else None,
         "target_length_mean": float(np.mean(targets)) if targets else None, **_NULL_MASKING,
-        **stream_mix(datamodule, streams),
-        **({"denoisers": _denoiser_summary(per_denoiser)} if per_denoiser else {}),
+        **summarize(notes),
     }
-
-
-def _collect_denoisers(acc: dict[int, list[int]], collate: Any, samples: list[dict[str, Any]], batch: dict[str, Any],
-                       markers: set[int]) -> None:
-    """UL2: per denoiser, [rows, original tokens, noise (target) tokens, spans, input tokens, target tokens]."""
-    labels, rows = batch["labels"].numpy(), input_rows(batch)
-    for row, d in enumerate(batch["denoiser"].tolist()):
-        carried = labels[row][labels[row] != IGNORE_INDEX]
-        real = rows[row]
-        noise = int((~np.isin(carried, list(markers))).sum())
-        spans = int(np.isin(real, collate.sentinels).sum()) or 1  # S: the suffix is one span
-        stats = [1, int((np.asarray(samples[row]["document_ids"]) >= 0).sum()), noise, spans, len(real), len(carried)]
-        acc[d] = [a + b for a, b in zip(acc.get(d, [0] * 6), stats)]
-
-
-def _denoiser_summary(acc: dict[int, list[int]]) -> dict[str, dict[str, float]]:
-    from plm_lightning.data.corruption.ul2 import UL2_DENOISERS
-
-    total = sum(v[0] for v in acc.values())
-    return {UL2_DENOISERS[d].name: {"share": rows / total, "loss_fraction": noise / tokens,
-                                    "mean_span_length": noise / spans, "input_length_mean": inputs / rows,
-                                    "target_length_mean": targets / rows}
-            for d, (rows, tokens, noise, spans, inputs, targets) in sorted(acc.items())}
 
 
 def blank_infilling_statistics(datamodule: TextDataModule, model: Any, batches: int) -> dict[str, Any]:

@@ -50,8 +50,7 @@ def permutation_statistics(datamodule: TextDataModule, model: Any, batches: int)
             "mean_span_length": float(np.mean(spans)) if spans else None,
             "input_length_mean": tokens / rows if rows else None, "target_length_mean": None,
             "num_predict": collate.num_predict, "targets_per_row_mean": float(np.mean(per_row)) if per_row else None,
-            "perm_size": collate.perm_size, "context_before_targets": context_first / rows if rows else None,
-            "phrase_token_fraction": None, "entity_token_fraction": None, "stages": None}
+            "perm_size": collate.perm_size, "context_before_targets": context_first / rows if rows else None}
 
 
 def render_permutation(datamodule: TextDataModule, model: Any, out: TextIO, width: int = 24,

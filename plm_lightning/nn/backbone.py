@@ -120,16 +120,20 @@ class TransformerStack(nn.Module):
             hidden[-1], unpadded[-1] = x, False
         return BackboneOutput(x, tuple(hidden), plan.unpadding if any(unpadded) else None, tuple(unpadded))
 
-    def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, attention_mask: Tensor | None = None,
-                              mask: Tensor | None = None, query_index: Tensor | None = None, steps: int = 2) -> Tensor:
+    def enhanced_mask_decoder(self, hidden: Tensor, query: Tensor, inputs: StackInputs = NO_INPUTS,
+                              query_index: Tensor | None = None, steps: int = 2) -> Tensor:
         """DeBERTa's Enhanced Mask Decoder (He et al. 2021, sec. 3.2; the reference code's ``emd_context_layer``):
         the last block applied ``steps`` times (shared weights) with keys and values from ``hidden`` (the output of
         the layer before it) and a query stream that starts as ``query`` = absolute position embeddings + ``hidden``,
-        so absolute positions enter only right before the MLM prediction. ``query_index`` ``[B, K]``: ``query`` holds
-        only these positions' rows."""
+        so absolute positions enter only right before the MLM prediction. ``inputs``: the batch's padding
+        (``attention_mask``) and further ``mask`` (packed documents). ``query_index`` ``[B, K]``: ``query`` holds only
+        these positions' rows."""
+        check_inputs(inputs)
+        attention_mask = inputs.attention_mask
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None
-        attention = LayerAttention(combine(padding_mask(attention_mask) if attention_mask is not None else None, mask),
+        attention = LayerAttention(combine(padding_mask(attention_mask) if attention_mask is not None else None,
+                                           inputs.mask),
                                    relative=self.relative_inputs(hidden.shape[1], hidden.device), query_index=query_index)
         block = self.blocks()[-1]
         for _ in range(steps):
@@ -173,12 +177,14 @@ class EncoderDecoder(nn.Module):
         dec_embeddings.token = self.encoder.embeddings.token
         self.decoder = Decoder(decoder_cfg, cross_attention=True, embeddings=dec_embeddings)
 
-    def forward(self, input_ids: Tensor, decoder_input_ids: Tensor, attention_mask: Tensor | None = None,
-                decoder_attention_mask: Tensor | None = None, cross_attention_mask: Tensor | None = None
-                ) -> tuple[BackboneOutput, BackboneOutput]:
-        """``cross_attention_mask`` (``[B, N]``, True = visible): the encoder positions the decoder may attend to,
-        when they are fewer than ``attention_mask``'s (MASS hides the encoder's mask tokens); default
-        ``attention_mask``."""
+    def forward(self, input_ids: Tensor, decoder_input_ids: Tensor, inputs: StackInputs = NO_INPUTS,
+                decoder_inputs: StackInputs = NO_INPUTS) -> tuple[BackboneOutput, BackboneOutput]:
+        """The encoder over ``input_ids`` with its ``inputs``, then the decoder over ``decoder_input_ids`` with its
+        own, cross-attending to the encoder's output. The decoder reads the encoder positions
+        ``decoder_inputs.encoder_attention_mask`` allows (MASS hides the encoder's mask tokens), by default the
+        encoder's ``attention_mask``."""
+        check_inputs(inputs)
+        check_inputs(decoder_inputs)
         enc_tokens = dec_tokens = None
         table = self.encoder.embeddings.token
         if self.decoder.embeddings.token is table and torch.is_grad_enabled() and table.weight.requires_grad:
@@ -188,10 +194,12 @@ class EncoderDecoder(nn.Module):
             enc_tokens, dec_tokens = flat.split([input_ids.numel(), decoder_input_ids.numel()])
             enc_tokens = enc_tokens.view(*input_ids.shape, -1)
             dec_tokens = dec_tokens.view(*decoder_input_ids.shape, -1)
-        enc = self.encoder(input_ids, StackInputs(attention_mask=attention_mask, token_embeds=enc_tokens))
-        dec = self.decoder(decoder_input_ids, StackInputs(
-            attention_mask=decoder_attention_mask, encoder_out=enc.last_hidden_state, token_embeds=dec_tokens,
-            encoder_attention_mask=attention_mask if cross_attention_mask is None else cross_attention_mask))
+        enc = self.encoder(input_ids, inputs.but(token_embeds=enc_tokens) if enc_tokens is not None else inputs)
+        visible = (decoder_inputs.encoder_attention_mask if decoder_inputs.encoder_attention_mask is not None
+                   else inputs.attention_mask)
+        dec = self.decoder(decoder_input_ids, decoder_inputs.but(
+            encoder_out=enc.last_hidden_state, encoder_attention_mask=visible,
+            **({"token_embeds": dec_tokens} if dec_tokens is not None else {})))
         return enc, dec
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from plm_lightning.data.static import WordVocabulary
+from plm_lightning.data_contract import read_contract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn.losses import linear_cross_entropy
 from plm_lightning.nn.recurrent import AttentionalDecoder
@@ -42,6 +43,7 @@ class CoVe(StaticEmbeddings):
     """MT-LSTM encoder (2-layer BiLSTM) + attentional 2-layer LSTM decoder, trained to translate."""
 
     examples = "translation"
+    data_module_name = "ParallelDataModule"
 
     def __init__(self, embedding_dim: int = 300, hidden: int = 300, layers: int = 2, dropout: float = 0.2,
                  word_vectors: str | None = None, freeze_word_vectors: bool = True, learning_rate: float = 1e-3) -> None:
@@ -63,13 +65,9 @@ class CoVe(StaticEmbeddings):
         self.target_vocabulary: WordVocabulary | None = None
 
     def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None)
-        if data is not None and not hasattr(data, "target_vocabulary"):
-            raise ConfigError("CoVe trains on translation pairs: use data.class_path=plm_lightning.data.ParallelDataModule")
-        if self.vocabulary is None and data is not None:
-            data.setup(stage)
-            self.target_vocabulary = data.target_vocabulary
-            self.set_vocabulary(data.source_vocabulary)
+        if self.vocabulary is None and getattr(self.trainer, "datamodule", None) is not None:
+            self.target_vocabulary = read_contract(self.trainer.datamodule).target_vocabulary
+        super().setup(stage)
 
     def build(self, vocab_size: int) -> None:
         hp = self.hparams

@@ -84,7 +84,7 @@ class MaskedLM(PretrainingModule):
         """(hidden, labels) from the Enhanced Mask Decoder: layers 1..L-1, then the last layer twice with the
         absolute positions in its queries (at the loss positions only when ``sparse_final_layer``)."""
         extra = document_mask(batch["document_ids"]) if "document_ids" in batch else None
-        ids, attention_mask = batch["input_ids"], batch.get("attention_mask")
+        ids = batch["input_ids"]
         inputs = self.stack_inputs(self.backbone, batch).but(document_ids=None, position_ids=None, mask=extra,
                                                              num_blocks=self.config.num_layers - 1)
         previous = self.backbone(ids, inputs).last_hidden_state
@@ -93,7 +93,7 @@ class MaskedLM(PretrainingModule):
         if self.hparams.get("sparse_final_layer", True):
             index, labels = final_layer_positions(labels, keep_first=self.sentence_head is not None)
             query = take_rows(query, index)
-        hidden = self.backbone.enhanced_mask_decoder(previous, query, attention_mask, mask=extra, query_index=index)
+        hidden = self.backbone.enhanced_mask_decoder(previous, query, inputs, query_index=index)
         return hidden, labels
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:

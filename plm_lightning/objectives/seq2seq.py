@@ -18,6 +18,7 @@ from plm_lightning.data_contract import DataContract
 from plm_lightning.errors import ConfigError
 from plm_lightning.nn import EncoderDecoder, LMHead
 from plm_lightning.nn.flops import seq2seq_training_flops
+from plm_lightning.nn.stack_inputs import StackInputs
 from plm_lightning.objectives.base import PretrainingModule
 
 
@@ -60,8 +61,10 @@ class Seq2SeqLM(PretrainingModule):
 
     def decode(self, batch: dict[str, Tensor]) -> Tensor:
         """The decoder's last hidden state (teacher forcing), scaled for a tied head when the config says so."""
-        _, dec = self.backbone(batch["input_ids"], batch["decoder_input_ids"], batch.get("attention_mask"),
-                               batch.get("decoder_attention_mask"), batch.get("cross_attention_mask"))
+        _, dec = self.backbone(batch["input_ids"], batch["decoder_input_ids"],
+                               StackInputs(attention_mask=batch.get("attention_mask")),
+                               StackInputs(attention_mask=batch.get("decoder_attention_mask"),
+                                           encoder_attention_mask=batch.get("cross_attention_mask")))
         hidden = dec.last_hidden_state
         if self.config.tie_word_embeddings and self.config.tied_output_scaling:
             hidden = hidden * self.config.hidden_size ** -0.5

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from plm_lightning.checkpoint_format import CHECKPOINT_KEY
 from plm_lightning.data.static import WordVocabulary
+from plm_lightning.data_contract import read_contract
 from plm_lightning.errors import ConfigError
 from plm_lightning.resume_state import ResumeHooks, restore_rng, rng_state
 
@@ -50,6 +51,7 @@ class StaticEmbeddings(ResumeHooks, L.LightningModule):
     ``vectors()`` are the trained embeddings; neighbours and analogies by cosine similarity."""
 
     examples = "pairs"
+    data_module_name = "WordEmbeddingDataModule"
 
     def __init__(self, dim: int = 100, learning_rate: float = 0.025, min_lr_ratio: float = 1e-4,
                  optimizer: Literal["sgd", "adam"] = "sgd") -> None:
@@ -63,12 +65,16 @@ class StaticEmbeddings(ResumeHooks, L.LightningModule):
 
     # -- construction -------------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        data = getattr(self.trainer, "datamodule", None)
-        if getattr(data, "examples", self.examples) != self.examples:
-            raise ConfigError(f"{type(self).__name__} trains on data.examples={self.examples}, not {data.examples}")
-        if self.vocabulary is None and data is not None:
-            data.setup(stage)
-            self.set_vocabulary(data.vocabulary)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:  # weights from a checkpoint (``on_load_checkpoint`` gives the vocabulary)
+            return
+        data = read_contract(datamodule)
+        if data.examples != self.examples:
+            got = (data.examples if data.examples else
+                   f"{type(datamodule).__name__} (use data.class_path: plm_lightning.data.{self.data_module_name})")
+            raise ConfigError(f"{type(self).__name__} trains on data.examples={self.examples}, not {got}")
+        if self.vocabulary is None:
+            self.set_vocabulary(data.word_vocabulary)
 
     def configure_model(self) -> None:
         """Nothing here for ``ModelParallelStrategy`` to shard or split (embedding tables, ELMo's and CoVe's LSTMs):
