@@ -51,7 +51,7 @@ if [ "$cap" -gt 60 ]; then
   timeout $(( cap < 170 ? cap : 170 )) python3 -m pytest -q -m gpu tests/test_gpu.py -n 8 -p no:cacheprovider \
     --timeout 160 -rs -k "recipe_trains or resumes or fsdp2" 2>&1 | tee "$OUT/tests-recipes.log"
 fi
-bench seq2seq 150 --only t5 bart --repeats 6 --variants eager model_unfused
+bench seq2seq 150 --only t5 bart --repeats 6 --kernels --variants eager flex_nodrop model_unfused model_flex_nodrop
 bench autotune 200 --only clm --repeats 8 --variants model_unfused model_unfused_mat
 
 python3 - "$OUT" <<'EOF'

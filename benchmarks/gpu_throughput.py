@@ -40,6 +40,11 @@ VARIANTS: dict[str, dict] = {
     "model_unfused_ro": {"compile": "model", "compile_mode": "reduce-overhead", **UNFUSED},
     "model_unfused_mat": {"compile": "model", "compile_mode": "max-autotune-no-cudagraphs", **UNFUSED},
     "xformers": {"backbone_overrides": {"attention_backend": "xformers"}},
+    # FlexAttention has no attention dropout: T5's bias in the fused kernel, attention-probability dropout off
+    # (the transformers side keeps T5-base's 0.1 there; hidden-state dropout stays on both sides)
+    "flex_nodrop": {"backbone_overrides": {"attention_backend": "flex", "attention_dropout": 0.0}},
+    "model_flex_nodrop": {"compile": "model", **UNFUSED,
+                          "backbone_overrides": {"attention_backend": "flex", "attention_dropout": 0.0}},
 }
 """Our model's settings per variant (on top of ``attention_backend: sdpa``, fused cross-entropy and the default
 vocabulary padding, 128 on CUDA)."""

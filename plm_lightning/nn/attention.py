@@ -1,7 +1,8 @@
-"""Multi-head attention (self and cross) with three interchangeable kernels: eager, PyTorch SDPA, xformers.
+"""Multi-head attention (self and cross) with interchangeable kernels: eager, PyTorch SDPA, xformers, FlexAttention
+(``nn.flex``: an additive bias and the masks inside the fused kernel).
 
 Scaled dot-product attention, Vaswani et al. 2017, eq. 1: softmax(Q K^T / sqrt(d_k) + bias) V.
-The eager kernel is the reference the other two are tested against.
+The eager kernel is the reference the others are tested against.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from plm_lightning.nn.masks import causal_mask, combine, to_additive
 from plm_lightning.nn.positions import apply_rotary
 from plm_lightning.nn.varlen import xformers_varlen_attention
 
-BACKENDS = ("auto", "eager", "sdpa", "xformers")
+BACKENDS = ("auto", "eager", "sdpa", "xformers", "flex")
 
 
 @functools.cache
@@ -315,6 +316,8 @@ class MultiHeadAttention(nn.Module):
             # SDPA on CPU drops out through its math path (probabilities materialised, mask from bernoulli_); the
             # eager kernel does the same work with the faster mask of nn.dropout (about 1.5x on a 128-token layer)
             backend = "eager"
+        if backend == "flex":
+            return self._flex(q, k, v, mask, is_causal, position_bias, dropout_p)
         only_causal = is_causal and mask is None and position_bias is None and q.shape[2] == k.shape[2]
         if is_causal and not only_causal:
             mask = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2]))
@@ -334,3 +337,18 @@ class MultiHeadAttention(nn.Module):
         if only_causal:
             bias = to_additive(causal_mask(q.shape[2], q.device, k.shape[2]), q.dtype)
         return eager_attention(q, k, v, bias, dropout_p, self.scale)
+
+    def _flex(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+              position_bias: Tensor | None, dropout_p: float) -> Tensor:
+        """``attention_backend: flex``: the bias and masks inside FlexAttention's kernel; what it cannot compute
+        exactly (dropout, a CPU backward) is refused, naming the setting."""
+        from plm_lightning.nn.flex import flex_attention, flex_unusable_reason
+
+        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                     for t in (q, k, v, position_bias))
+        reason = flex_unusable_reason(q.device, needs_grad, dropout_p)
+        if reason is not None:
+            raise RuntimeError(f"attention_backend='flex': {reason}")
+        if is_causal and mask is not None:
+            mask, is_causal = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2])), False
+        return flex_attention(q, k, v, mask, is_causal, position_bias, self.scale)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 PositionKind = Literal["learned", "sinusoidal", "rope", "t5_relative", "disentangled", "xl_relative", "none"]
 Activation = Literal["gelu", "gelu_new", "relu", "silu", "glu", "reglu", "geglu", "swiglu", "geglu_tanh"]
-AttentionBackend = Literal["auto", "eager", "sdpa", "xformers"]
+AttentionBackend = Literal["auto", "eager", "sdpa", "xformers", "flex"]
 
 
 @dataclass
