@@ -25,6 +25,8 @@ def run_export(argv: list[str]) -> None:
     parser.add_argument("out_dir", help="directory to write config.json, model.safetensors and tokenizer files to")
     parser.add_argument("--part", choices=["discriminator", "generator"], default="discriminator",
                         help="ELECTRA: the discriminator (default, for downstream use) or the generator")
+    parser.add_argument("--license", default=None, help="the model card's license field (a Hub license id, e.g. "
+                        "apache-2.0); default: not stated")
     args = parser.parse_args(argv)
     from plm_lightning.interop import export_checkpoint
 
@@ -39,7 +41,7 @@ def run_export(argv: list[str]) -> None:
         print(f"exported {args.checkpoint} ({type(static).__name__}, {len(static.vocabulary)} words) in the word2vec "
               f"text format to {out}")
         return
-    arch = export_checkpoint(args.checkpoint, args.out_dir, args.part)
+    arch = export_checkpoint(args.checkpoint, args.out_dir, args.part, args.license)
     print(f"exported {args.checkpoint} as {arch} to {args.out_dir}")
 
 

@@ -62,7 +62,11 @@ def recipe_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[st
     world = world_from_spec("world").save(root / "world")
     return {"distilbert": ["--model.teacher", teacher, "--data.tokenizer", str(root / "tok")],
             "ernie-thu": ["--data.source", world["corpus.jsonl"], "--data.graph", world["graph.tsv"],
-                          "--data.graph_aliases", world["graph_aliases.tsv"], "--data.transe_epochs", "5"]}
+                          "--data.graph_aliases", world["graph_aliases.tsv"], "--data.transe_epochs", "5"],
+            # REALM on its own data (the world's documents are its knowledge blocks), on a 24-subject world so the
+            # retrieval index is small; the ICT warm start ends at step 6, so the resume crosses into REALM proper
+            "realm": ["--data.source", "world:seed=0,subjects=24", "--model.ict_steps", "6",
+                      "--model.refresh_every", "4"]}
 
 
 @pytest.mark.slow

@@ -25,8 +25,10 @@ from plm_lightning.nn.config import BackboneConfig
 TASK_SUFFIX_VALUES = tuple(TASK_SUFFIX.values())
 
 
-def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "discriminator") -> str:
-    """Write a transformers directory (config.json, model.safetensors, tokenizer files); returns the architecture.
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "discriminator",
+                      license: str | None = None) -> str:
+    """Write a transformers directory (config.json, model.safetensors, tokenizer files, and a ``README.md`` model
+    card: ``interop.model_card``, ``license`` its license field); returns the architecture.
 
     ``part`` picks ELECTRA's discriminator (``ElectraForPreTraining``, the model for downstream use) or generator
     (``ElectraForMaskedLM``); other objectives have one part.
@@ -64,4 +66,10 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, part: str = "d
     (out / "config.json").write_text(json.dumps(config, indent=2))
     if tokenizer is not None:
         tokenizer.save(out)
+    from plm_lightning.interop.model_card import model_card
+
+    card = model_card(ckpt, Path(ckpt_path), config["architectures"][0], family, license)
+    tmp = out / "README.md.tmp"
+    tmp.write_text(str(card), encoding="utf-8")
+    tmp.replace(out / "README.md")
     return config["architectures"][0]

@@ -115,6 +115,7 @@ class PretrainingModule(CheckpointHooks, OptimizationHooks, StepHooks, L.Lightni
         """What the data said at ``setup`` (:mod:`plm_lightning.data_contract`)."""
         self.tokens_seen = 0
         self.loss_tokens_seen = 0
+        self.flops_seen = 0  # training FLOPs of every step so far, all ranks (the model card's compute)
         self.flops_per_batch: int | None = None
         if init_from:
             self._init_from_checkpoint(init_from)

@@ -47,7 +47,7 @@ class CheckpointHooks(ResumeHooks):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta: dict[str, Any] = {"objective": self.objective_name, "backbone": self.config.to_dict(),
                                 "tokens_seen": self.tokens_seen, "loss_tokens_seen": self.loss_tokens_seen,
-                                "family": self.transformers_family}
+                                "flops_seen": getattr(self, "flops_seen", 0), "family": self.transformers_family}
         tokenizer = getattr(self, "tokenizer", None)
         if tokenizer is not None:
             meta["tokenizer"] = {"json": tokenizer.tokenizer.to_str(), "special": tokenizer.special,
@@ -76,4 +76,5 @@ class CheckpointHooks(ResumeHooks):
             scale.reslice_strided_shards(self, trainer.optimizers, checkpoint, trainer.ckpt_path)
         self.tokens_seen = meta.get("tokens_seen", 0)
         self.loss_tokens_seen = meta.get("loss_tokens_seen", 0)
+        self.flops_seen = meta.get("flops_seen", 0)
         restore_rng(meta.get("rng"))

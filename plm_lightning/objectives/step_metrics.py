@@ -21,6 +21,7 @@ class StepHooks:
         self.tokens_seen += tokens * self.trainer.world_size
         self.loss_tokens_seen += loss_tokens * self.trainer.world_size
         self._set_flops(batch, loss_tokens, backward=True)
+        self.flops_seen += (self.flops_per_batch or 0) * self.trainer.world_size
         self.train_accuracy(out["lm_predictions"], out["lm_targets"])
         bs = batch["input_ids"].shape[0]
         for name, value in self._scalars(out).items():

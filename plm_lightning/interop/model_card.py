@@ -1,0 +1,84 @@
+"""The model card ``export`` writes beside a transformers directory (``README.md``, Mitchell et al. 2019, *Model
+Cards for Model Reporting*), through ``huggingface_hub``'s ``ModelCard`` / ``ModelCardData`` so the Hub reads its
+metadata: what the checkpoint itself records and nobody else writes down - the objective and its corruption
+settings, the recipe's model and data settings, the steps, tokens and FLOPs seen, and the last logged losses of the
+run (its ``metrics.csv`` beside the checkpoint, when there is one)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+PIPELINE = {"bert": "fill-mask", "roberta": "fill-mask", "albert": "fill-mask", "modernbert": "fill-mask",
+            "deberta-v2": "fill-mask", "electra": "fill-mask", "xlnet": "text-generation", "gpt2": "text-generation",
+            "t5": "text2text-generation", "bart": "text2text-generation"}
+"""The Hub's pipeline tag of each transformers family export writes (ELECTRA's generator and discriminator: the
+masked-LM view)."""
+_INTERNAL = ("_class_path", "_instantiator")
+
+
+def _settings(hparams: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in hparams.items() if k not in _INTERNAL]
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    body = "\n".join(f"| `{k}` | `{v!r}` |" if not isinstance(v, str) else f"| `{k}` | `{v}` |" for k, v in rows)
+    return "| setting | value |\n|---|---|\n" + body
+
+
+def last_metrics(checkpoint: Path) -> dict[str, float]:
+    """The last value of every ``train/``, ``val/`` and ``test/`` metric in the run's ``metrics.csv`` (the CSV
+    logger's, found in the checkpoint's version directory), or {} when the run left none there."""
+    for directory in (checkpoint.parent, checkpoint.parent.parent):
+        path = directory / "metrics.csv"
+        if path.is_file():
+            last: dict[str, float] = {}
+            with open(path, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    for key, value in row.items():
+                        if key and key.startswith(("train/", "val/", "test/")) and value not in ("", None):
+                            last[key] = float(value)
+            return last
+    return {}
+
+
+def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family: str,
+               license: str | None = None) -> Any:
+    """The ``huggingface_hub.ModelCard`` of an exported checkpoint (``ckpt``: the loaded checkpoint)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    meta = ckpt["plm_lightning"]
+    objective = meta["objective"]
+    model = dict(ckpt.get("hyper_parameters") or {})
+    data = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    source = data.get("source")
+    card_data = ModelCardData(
+        library_name="transformers", license=license, pipeline_tag=PIPELINE.get(family),
+        tags=["plm-lightning", "pretraining", objective.lower(), family],
+        datasets=[source] if isinstance(source, str) and "/" in source and not Path(source).exists() else None)
+    steps, tokens, flops = ckpt.get("global_step", 0), meta.get("tokens_seen", 0), meta.get("flops_seen", 0)
+    metrics = last_metrics(checkpoint)
+    lines = [
+        f"# {checkpoint.stem}: {objective} pretrained with plm-lightning", "",
+        f"A `{architecture}` (transformers family `{family}`) exported from the plm-lightning checkpoint "
+        f"`{checkpoint.name}`: the objective `{model.get('_class_path', objective)}` on "
+        f"`{data.get('_class_path', 'its data module')}`.", "",
+        "## Training", "",
+        "| | |", "|---|---|",
+        f"| optimizer steps | {steps} |",
+        f"| tokens seen (real tokens of the inputs, all ranks) | {tokens} |",
+        f"| loss tokens seen | {meta.get('loss_tokens_seen', 0)} |",
+        f"| training FLOPs (counted per step from the shapes, all ranks) | "
+        f"{f'{flops:.3e}' if flops else 'not counted by this objective or checkpoint'} |",
+        f"| data | {source or 'the embedded default corpus'} |",
+        f"| license | {license or 'not stated (export --license)'} |", "",
+        "## Objective and corruption (the data module's settings)", "", _table(_settings(data)), "",
+        "## Model settings (the objective's)", "", _table(_settings(model)), "",
+    ]
+    if metrics:
+        lines += ["## Last logged metrics of the run", "", "| metric | value |", "|---|---|",
+                  *(f"| `{k}` | {v:.4f} |" for k, v in sorted(metrics.items())), ""]
+    else:
+        lines += ["## Metrics", "", "No `metrics.csv` was found beside the checkpoint.", ""]
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines))
