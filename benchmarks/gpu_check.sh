@@ -38,6 +38,14 @@ bench() {  # bench NAME SECONDS ARGS...: one benchmark process, stopped after SE
   timeout "$limit" python3 -m benchmarks.gpu_throughput "$@" 2>&1 | tee "$OUT/bench-$name.jsonl"
 }
 
+gpu_tests() {  # gpu_tests NAME SECONDS MIN_SECONDS K_EXPR: tests/test_gpu.py -k K_EXPR, if MIN_SECONDS are left
+  local name=$1 limit=$2 least=$3 cap=$(( $(left) - 20 ))
+  [ "$cap" -gt "$least" ] || { echo "skipped tests-$name: budget spent"; return; }
+  [ "$limit" -gt "$cap" ] && limit=$cap
+  timeout "$limit" python3 -m pytest -q -m gpu tests/test_gpu.py -n 8 -p no:cacheprovider --timeout $(( limit - 10 )) \
+    -rs -k "$4" 2>&1 | tee "$OUT/tests-$name.log"
+}
+
 gather() {  # $OUT/gpu_check.json from what exists now
 python3 - "$OUT" <<'EOF'
 import json, pathlib, sys
@@ -66,18 +74,8 @@ bench clm 150 --only clm --repeats 8 --kernels --variants eager model_unfused bl
 bench mlm 110 --only mlm --repeats 8 --kernels --variants eager model_unfused xformers; gather
 bench t5 100 --only t5 --repeats 6 --kernels --variants eager flex_nodrop model_flex_nodrop; gather
 bench bart 60 --only bart --repeats 6 --kernels --variants eager model_unfused; gather
-cap=$(( $(left) - 20 ))
-if [ "$cap" -gt 40 ]; then
-  timeout $(( cap < 110 ? cap : 110 )) python3 -m pytest -q -m gpu tests/test_gpu.py -n 8 -p no:cacheprovider \
-    --timeout 100 -rs -k "not recipe_trains and not resumes and not fsdp2" 2>&1 | tee "$OUT/tests-fast.log"
-fi
-gather
+gpu_tests fast 110 40 "not recipe_trains and not resumes and not fsdp2"; gather
 bench cudagraphs 80 --only clm --repeats 8 --variants eager model_unfused_ro; gather
-cap=$(( $(left) - 20 ))
-if [ "$cap" -gt 60 ]; then
-  timeout $(( cap < 170 ? cap : 170 )) python3 -m pytest -q -m gpu tests/test_gpu.py -n 8 -p no:cacheprovider \
-    --timeout 160 -rs -k "recipe_trains or resumes or fsdp2" 2>&1 | tee "$OUT/tests-recipes.log"
-fi
-gather
+gpu_tests recipes 170 60 "recipe_trains or resumes or fsdp2"; gather
 bench autotune 200 --only clm --repeats 8 --variants model_unfused model_unfused_mat; gather
 echo "gpu_check done after ${SECONDS}s"

@@ -60,3 +60,15 @@ def test_the_t5_family_on_flex_equals_eager_with_packed_rows_and_padding(preset)
                   StackInputs(attention_mask=dec_real)) for m in (eager, flex)]
     for a, b in zip(*outs):
         assert (a.last_hidden_state - b.last_hidden_state).abs().max().item() < 1e-4
+
+
+def test_a_batch_builds_its_block_mask_once_for_every_layer():
+    """Every layer of a stack gets the same mask tensor from the plan: the BlockMask is built for the first and
+    reused; a new mask (the next batch) gets its own."""
+    from plm_lightning.nn import flex
+
+    mask = attention_case("document", length=20).mask
+    first = flex._block_mask(mask, True, 3, 20, 20, torch.device("cpu"))
+    assert flex._block_mask(mask, True, 3, 20, 20, torch.device("cpu")) is first
+    assert flex._block_mask(mask, False, 3, 20, 20, torch.device("cpu")) is not first
+    assert flex._block_mask(mask.clone(), True, 3, 20, 20, torch.device("cpu")) is not first

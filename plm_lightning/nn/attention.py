@@ -349,6 +349,4 @@ class MultiHeadAttention(nn.Module):
         reason = flex_unusable_reason(q.device, needs_grad, dropout_p)
         if reason is not None:
             raise RuntimeError(f"attention_backend='flex': {reason}")
-        if is_causal and mask is not None:
-            mask, is_causal = combine(mask, causal_mask(q.shape[2], q.device, k.shape[2])), False
         return flex_attention(q, k, v, mask, is_causal, position_bias, self.scale)

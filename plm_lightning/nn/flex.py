@@ -47,16 +47,31 @@ def _kernel(device: torch.device) -> Callable[..., Tensor]:
     return flex_attention
 
 
-def _block_mask(mask: Tensor, batch: int, q_len: int, kv_len: int, device: torch.device) -> object:
-    """A ``BlockMask`` reading ``mask`` (boolean, broadcastable to ``[B, 1, Lq, Lk]``, True = may attend)."""
+_BLOCK_MASKS: dict[tuple[int, bool, int, int, int], tuple[Tensor, object]] = {}
+"""The ``BlockMask`` of each mask tensor alive now, by (id, B, Lq, Lk): the plan hands every layer of a stack the
+same mask object, so a batch builds its block mask once, not once per layer. The entry holds the tensor (its id
+cannot be reused while it is cached); a handful of entries covers a step (self, cross, decoder masks)."""
+
+
+def _block_mask(mask: Tensor, is_causal: bool, batch: int, q_len: int, kv_len: int, device: torch.device) -> object:
+    """A ``BlockMask`` reading ``mask`` (boolean, broadcastable to ``[B, 1, Lq, Lk]``, True = may attend), causal on
+    top when ``is_causal`` (the queries are the last ``q_len`` positions)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    dense = mask.expand(batch, 1, q_len, kv_len)
+    key = (id(mask), is_causal, batch, q_len, kv_len)
+    cached = _BLOCK_MASKS.get(key)
+    if cached is not None and cached[0] is mask:
+        return cached[1]
+    dense, offset = mask.expand(batch, 1, q_len, kv_len), kv_len - q_len
 
     def visible(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        return dense[b, 0, q, kv]
+        return dense[b, 0, q, kv] & (kv <= q + offset) if is_causal else dense[b, 0, q, kv]
 
-    return create_block_mask(visible, batch, None, q_len, kv_len, device=device)
+    block_mask = create_block_mask(visible, batch, None, q_len, kv_len, device=device)
+    if len(_BLOCK_MASKS) >= 8:
+        _BLOCK_MASKS.pop(next(iter(_BLOCK_MASKS)))
+    _BLOCK_MASKS[key] = (mask, block_mask)
+    return block_mask
 
 
 def _causal_block_mask(batch: int, q_len: int, kv_len: int, device: torch.device) -> object:
@@ -74,12 +89,11 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_caus
                    scale: float) -> Tensor:
     """Attention of ``q`` ``[B, H, Lq, D]`` over ``k``, ``v`` ``[B, H, Lk, D]`` with an additive ``bias``
     (broadcastable to ``[B, H, Lq, Lk]``, read per score inside the kernel; its gradient flows on CUDA), a boolean
-    ``mask`` and/or causality (``is_causal``: only when ``mask`` is None; a causal part of a richer mask is in
-    ``mask``)."""
+    ``mask`` and/or causality."""
     batch, heads, q_len, _ = q.shape
     kv_len = k.shape[2]
     if mask is not None:
-        block_mask = _block_mask(mask, batch, q_len, kv_len, q.device)
+        block_mask = _block_mask(mask, is_causal, batch, q_len, kv_len, q.device)
     elif is_causal:
         block_mask = _causal_block_mask(batch, q_len, kv_len, q.device)
     else:
