@@ -373,6 +373,12 @@ def test_tasks_are_matched_to_each_recipe_before_anything_trains(tmp_path) -> No
     masked = "continuum[data.bidirectional_fraction=1;data.prediction=masked]"
     assert "prompt-next-sentence" not in ArenaConfig(**{**TINY, "recipes": (masked, "t5")}).tasks_for(masked)
     assert config.reader("xlnet").family == "encoder" and config.reader("t5").family == "encoder-decoder"
+    world = ArenaConfig(**{**TINY, "recipes": ("bert", "spanbert", "t5"), "data": "world",
+                           "downstream": ("world-spans", "world-objects")})
+    assert world.tasks_for("spanbert") == ("world-spans", "world-objects") and world.tasks_for("t5") == ("world-objects",)
+    assert "--data.task=offline:world_spans=world" in world.finetune_args("world-spans")
+    with pytest.raises(ConfigError, match="world-spans asks the synthetic world's facts"):
+        ArenaConfig(**{**TINY, "recipes": ("bert",), "downstream": ("world-spans",)})
     lines = skipped_lines(config)
     assert lines[0] == (f"- cloze-spans: not applicable to t5, {uni} (extractive QA reads the whole context at every "
                         "position: a bidirectional reader (an encoder))")

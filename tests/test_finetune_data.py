@@ -240,3 +240,30 @@ def test_world_objects_label_each_fact_prompt_with_its_object():
         assert example.prompt == row["text_a"] and example.candidates[example.label] == " " + names[row["label"]]
         assert len(example.candidates) == len(world.objects[next(k for k, v in world.objects.items()
                                                                  if names[row["label"]] in v)])
+
+
+def test_world_spans_ask_each_fact_as_a_span_among_its_type_objects():
+    from plm_lightning.corpus.world import world_from_spec
+    from plm_lightning.finetune.tasks import BLANK, split_of
+
+    spec = "world:seed=0,subjects=24"
+    world = world_from_spec(spec)
+    splits = offline_task(f"world_spans={spec}", "qa")
+    facts = {f"fact-{f.id}": f for f in world.facts if not f.alias_only}
+    rows = [row for split in splits.values() for row in split]
+    assert sorted(row["id"] for row in rows) == sorted(facts)
+    orders = set()
+    for split, split_rows in splits.items():
+        for row in split_rows:
+            fact, answer = facts[row["id"]], row["answers"][0]
+            relation = world.relations[fact.relation]
+            assert split == split_of(fact.subject)  # by subject: a validation subject's facts are never fine-tuned on
+            assert row["question"] == relation.templates[0].format(s=fact.subject, o=BLANK)
+            candidates = row["context"].rstrip(".").split(", ")
+            assert sorted(candidates) == sorted(world.objects[relation.object_type])
+            assert answer["text"] == fact.object == row["context"][answer["start"]: answer["start"] + len(fact.object)]
+            orders.add(tuple(candidates))
+    assert len(orders) > len(rows) // 2  # the order is drawn per fact: the answer's place tells nothing
+    assert offline_task(f"world_spans={spec}", "qa") == splits
+    with pytest.raises(ConfigError, match="world_spans"):
+        offline_task(f"world_spans={spec}", "classification")

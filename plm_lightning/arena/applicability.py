@@ -82,6 +82,7 @@ def _probes(reader: Reader) -> str | None:
 
 RULES = {"code-or-prose": _any_reader, "world-facts": _any_reader, "world-objects": _any_reader,
          "prompt-world-objects": _prompts, "next-sentence": _chooses, "cloze-spans": _extracts, "markup-spans": _extracts,
+         "world-spans": _extracts,
          "lama": _probes, "prompt-code-or-prose": _prompts, "prompt-continuation": _prompts,
          "prompt-next-sentence": _prompts}
 """Per task: why a reader cannot take it (None: it can)."""

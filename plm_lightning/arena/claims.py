@@ -32,7 +32,7 @@ from plm_lightning.arena.signal import (
 
 TOLERANCE = 0.01
 """How far below the baseline a score may be and still count as "does not hurt" (a fraction: one point)."""
-SPAN_TASKS = ("cloze-spans", "markup-spans")
+SPAN_TASKS = ("cloze-spans", "markup-spans", "world-spans")
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from plm_lightning.errors import ConfigError
 DEFAULT_RECIPES = ("bert", "roberta", "spanbert", "electra", "deberta-v3", "t5", "bart", "gpt2", "xlnet")
 DOWNSTREAM = {"code-or-prose": "val/f1", "cloze-spans": "val/f1", "next-sentence": "val/accuracy",
               "markup-spans": "val/f1", "world-facts": "val/accuracy",
-              "world-objects": "val/accuracy"}
+              "world-objects": "val/accuracy", "world-spans": "val/exact_match"}
 """The offline fine-tuning tasks (``configs/finetune/<task>.yaml``) and the validation metric each is scored by:
 code-or-prose by macro-F1, as about 90% of its paragraphs are prose (accuracy would credit the majority class,
-macro-F1 gives it about 0.47); next-sentence's 4 choices and world-facts' true and false facts are balanced."""
-WORLD_TASKS = ("lama", "world-facts", "world-objects", "prompt-world-objects")
+macro-F1 gives it about 0.47); next-sentence's 4 choices and world-facts' true and false facts are balanced;
+world-spans by exact match (its answers are one word: token F1 is the same number)."""
+WORLD_TASKS = ("lama", "world-facts", "world-objects", "world-spans", "prompt-world-objects")
 """Tasks on the synthetic world's facts: the recipes must be pretrained on that world (``--data world``)."""
 PROBES = {"lama": "p@1"}
 """Downstream scores read without fine-tuning: ``lama`` is the LAMA probe (``probe --world``) of the synthetic
@@ -160,7 +161,7 @@ class ArenaConfig:
         """The options of a fine-tuning run on ``task`` beyond its YAML: the arena's learning rate, and the world the
         recipes were pretrained on for a world task."""
         args = [f"--model.learning_rate={self.finetune_lr}"] if self.finetune_lr is not None else []
-        if task in ("world-facts", "world-objects"):
+        if task in ("world-facts", "world-objects", "world-spans"):
             args.append(f"--data.task=offline:{task.replace('-', '_')}={self.data}")
         if task == "world-objects":
             from plm_lightning.finetune.tasks import world_labels

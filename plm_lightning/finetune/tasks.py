@@ -26,6 +26,12 @@ One task is built from the synthetic knowledge world instead (``data.source: wor
   object, split by subject as ``world_facts``: the relation's words tell the object's type (random weights learn that
   much: about 1 / ``objects``), only pretraining on the world tells which one (LAMA's question asked through a
   fine-tuned head, as closed-book QA fine-tunes, Roberts et al. 2020).
+* ``world_spans`` (extractive QA): the same closed-book question as a span to select, the way span-selection
+  benchmarks ask it: the question is the fact's canonical sentence with its object blanked out (a cloze question, as
+  ``cloze_spans``), the context every object of the relation's type in an order drawn per fact, the answer the
+  object's span (a name of two or three syllables: several subword tokens, so the span's boundaries must be found
+  too, which span masking pretrains, Joshi et al. 2020). Split by subject as ``world_facts``: the context tells
+  every candidate, only the world's documents tell which one (random weights: about 1 / ``objects`` exact match).
 """
 
 from __future__ import annotations
@@ -234,6 +240,27 @@ def _world_objects(spec: str = "") -> Splits:
     return splits
 
 
+def _world_spans(spec: str = "") -> Splits:
+    from plm_lightning.corpus.world import world_from_spec
+
+    world = world_from_spec(spec or "world")
+    rng = np.random.default_rng(world.config.seed)
+    splits: Splits = {"train": [], "validation": [], "test": []}
+    for fact in world.facts:
+        if fact.alias_only:
+            continue
+        relation = world.relations[fact.relation]
+        candidates = [str(o) for o in rng.permutation(world.objects[relation.object_type])]
+        context = ", ".join(candidates) + "."
+        at = candidates.index(fact.object)
+        start = sum(len(c) + 2 for c in candidates[:at])  # each candidate before it and its ", "
+        question = relation.templates[0].format(s=fact.subject, o=BLANK)
+        splits[split_of(fact.subject)].append({
+            "id": f"fact-{fact.id}", "question": question, "context": context,
+            "answers": [{"text": fact.object, "start": start}], "impossible": False})
+    return splits
+
+
 def world_labels(spec: str = "") -> int:
     """How many labels ``world_objects`` of the world ``spec`` has (every object of every type)."""
     from plm_lightning.corpus.world import world_from_spec
@@ -245,10 +272,10 @@ OFFLINE_TASKS: dict[str, tuple[str, Callable[..., Splits]]] = {
     "code_or_prose": ("classification", _code_or_prose), "continuation": ("classification", _continuation),
     "markup_spans": ("tagging", _markup_spans), "cloze_spans": ("qa", _cloze_spans),
     "next_sentence": ("choice", _next_sentence), "world_facts": ("classification", _world_facts),
-    "world_objects": ("classification", _world_objects),
+    "world_objects": ("classification", _world_objects), "world_spans": ("qa", _world_spans),
 }
 """Offline task name -> (kind of head it trains, builder)."""
-WITH_ARGUMENT = ("world_facts", "world_objects")
+WITH_ARGUMENT = ("world_facts", "world_objects", "world_spans")
 """Tasks that take an argument after ``=`` (``world_facts=<world spec>``)."""
 
 
