@@ -13,7 +13,7 @@ from pathlib import Path
 
 from plm_lightning.data_commands import run_optimize, run_pack, run_prepare  # noqa: F401 - dispatched by name
 from plm_lightning.errors import CommandParser, ConfigError
-from plm_lightning.evaluation.commands import run_acceptability, run_prompt  # noqa: F401 - dispatched by name
+from plm_lightning.evaluation.commands import run_acceptability, run_evaluate, run_prompt  # noqa: F401 - by name
 from plm_lightning.files import writable_path
 from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401
@@ -27,10 +27,19 @@ def run_export(argv: list[str]) -> None:
                         help="ELECTRA: the discriminator (default, for downstream use) or the generator")
     parser.add_argument("--license", default=None, help="the model card's license field (a Hub license id, e.g. "
                         "apache-2.0); default: not stated")
+    parser.add_argument("--push-to-hub", default=None, metavar="REPO",
+                        help="then upload the directory to this Hub model repository (OWNER/NAME; created if missing)")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     args = parser.parse_args(argv)
     from plm_lightning.interop import export_checkpoint
 
     static = _static_embeddings(args.checkpoint)
+    if args.push_to_hub:
+        from plm_lightning.interop.hub import check_repo_id
+
+        check_repo_id(args.push_to_hub)  # before anything is written
+        if static is not None:
+            raise ConfigError("export --push-to-hub uploads a transformers directory; word vectors are one text file")
     if static is not None:  # word2vec / fastText / GloVe: the word2vec text format
         out = Path(args.out_dir)
         out = out / "vectors.txt" if out.is_dir() or args.out_dir.endswith(("/", "\\")) else out
@@ -43,6 +52,10 @@ def run_export(argv: list[str]) -> None:
         return
     arch = export_checkpoint(args.checkpoint, args.out_dir, args.part, args.license)
     print(f"exported {args.checkpoint} as {arch} to {args.out_dir}")
+    if args.push_to_hub:
+        from plm_lightning.interop.hub import push_to_hub
+
+        print(f"pushed to the Hub: {push_to_hub(args.out_dir, args.push_to_hub, private=args.private)}")
 
 
 def run_import(argv: list[str]) -> None:

@@ -44,3 +44,75 @@ def test_a_card_without_a_license_says_so_and_leaves_the_field_out(tmp_path):
     assert card.data.license is None and card.data.datasets == ["wikitext/wikitext-103-raw-v1"]
     assert "not stated (export --license)" in card.text and "| `masking_scheme` | `span` |" in card.text
     assert "No `metrics.csv` was found" in card.text and "not counted" in card.text
+
+
+def test_the_card_carries_the_scores_evaluate_wrote_beside_the_checkpoint(tmp_path):
+    import json
+
+    from huggingface_hub import ModelCard
+
+    from plm_lightning.interop.model_card import model_card
+
+    ckpt = {"global_step": 5, "plm_lightning": {"objective": "CausalLM", "tokens_seen": 10},
+            "hyper_parameters": {}, "datamodule_hyper_parameters": {}}
+    report = {"lm_eval_version": "0.4.13", "settings": {"num_fewshot": 0, "limit": None, "pll": None},
+              "tasks": {"world_order": {"sample_len": 60, "acc,none": 0.95, "acc_stderr,none": 0.03},
+                        "world_text": {"word_perplexity,none": 28.8, "bits_per_byte,none": 0.75}}}
+    (tmp_path / "last.lm-eval.json").write_text(json.dumps(report))  # what `evaluate last.ckpt` writes
+    path = tmp_path / "README.md"
+    path.write_text(str(model_card(ckpt, tmp_path / "last.ckpt", "GPT2LMHeadModel", "gpt2")))
+    card = ModelCard.load(path)
+    results = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert results == {("world_order", "acc"): 0.95, ("world_text", "word_perplexity"): 28.8,
+                       ("world_text", "bits_per_byte"): 0.75}
+    assert card.data.model_name == "last" and "| world_order | acc | 0.9500 | 0.0300 |" in card.text
+    assert "lm-eval 0.4.13: 0 shots" in card.text
+
+
+def _exportable(tmp_path):
+    from tests.conftest import tiny_pretrained
+
+    return tiny_pretrained(tmp_path / "gpt2.ckpt", "gpt2")
+
+
+def test_push_to_hub_creates_the_repository_and_uploads_the_export_in_one_commit(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    from tests.conftest import cli_error, cli_output
+
+    calls = []
+
+    class Api:  # huggingface_hub's client, recorded instead of sent
+        def __init__(self, token=None):
+            calls.append(("init", token))
+
+        def create_repo(self, repo_id, **kwargs):
+            calls.append(("create_repo", repo_id, kwargs))
+
+        def upload_folder(self, **kwargs):
+            calls.append(("upload_folder", kwargs))
+            return type("Commit", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/abc"})()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    ckpt, out = _exportable(tmp_path), tmp_path / "hf"
+    text = cli_output(["export", ckpt, str(out), "--push-to-hub", "me/tiny-gpt2", "--private"], capsys)
+    assert "pushed to the Hub: https://huggingface.co/me/tiny-gpt2/commit/abc" in text
+    assert calls[1] == ("create_repo", "me/tiny-gpt2", {"repo_type": "model", "private": True, "exist_ok": True})
+    upload = calls[2][1]
+    assert upload["repo_id"] == "me/tiny-gpt2" and upload["folder_path"] == str(out)
+    assert {"config.json", "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    error = cli_error(["export", ckpt, str(tmp_path / "other"), "--push-to-hub", "me/bad name"], capsys)
+    assert "'me/bad name' is not a Hub repository id" in error and not (tmp_path / "other").exists()
+
+
+def test_push_to_hub_in_offline_mode_stops_at_the_network_with_one_line(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from tests.conftest import cli_error
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 sets at import
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    ckpt, out = _exportable(tmp_path), tmp_path / "hf"
+    error = cli_error(["export", ckpt, str(out), "--push-to-hub", "me/tiny-gpt2"], capsys)
+    assert "huggingface_hub is in offline mode (HF_HUB_OFFLINE), so nothing was sent" in error
+    assert (out / "config.json").is_file()  # the export itself is kept

@@ -87,3 +87,61 @@ def run_prompt(argv: list[str]) -> None:
         return
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
     print(f"{args.task}, {args.shots}-shot (seed {args.seed}), {report.examples} {args.split} examples: {metrics}")
+
+
+def run_evaluate(argv: list[str]) -> None:
+    parser = CommandParser(prog="plm_lightning evaluate",
+                           description="EleutherAI's lm-evaluation-harness on a checkpoint of ours, no export step: "
+                                       "causal and encoder-decoder objectives answer every request type, masked "
+                                       "ones loglikelihood by pseudo-log-likelihood.")
+    parser.add_argument("checkpoint", help="a CausalLM / Seq2SeqLM / MaskedLM / ELECTRA checkpoint of ours, or a "
+                                           "transformers directory")
+    parser.add_argument("--tasks", required=True, help="lm-eval task, group or tag names, comma-separated")
+    parser.add_argument("--include-path", action="append", default=None,
+                        help="a directory of task YAMLs of your own (repeatable); local data files through the "
+                             "YAML's dataset_kwargs")
+    parser.add_argument("--only-include-path", action="store_true",
+                        help="index only --include-path, not lm-eval's ~15,000 task definitions (seconds faster)")
+    parser.add_argument("--num-fewshot", type=int, default=None, help="demonstrations per query (default: the task's)")
+    parser.add_argument("--limit", type=float, default=None, help="evaluate the first N documents of each task "
+                                                                  "(below 1: that fraction)")
+    parser.add_argument("--batch-size", type=int, default=16, help="requests (masked LMs: masked copies) per pass")
+    parser.add_argument("--pll", default="original", choices=["original", "within_word_l2r"],
+                        help="masked LMs' pseudo-log-likelihood (Salazar et al. 2020; Kauf & Ivanova 2023)")
+    parser.add_argument("--max-length", type=int, default=None, help="tokens per input (default: the model's)")
+    parser.add_argument("--add-bos-token", action="store_true",
+                        help="causal LMs: the end-of-text token before every context (lm-eval hf's add_bos_token)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--bootstrap-iters", type=int, default=100000, help="lm-eval's bootstrap for stderr "
+                                                                            "(0: none)")
+    parser.add_argument("--seed", type=int, default=0, help="lm-eval's random seeds (few-shot sampling)")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument("--out", default=None, help="where to write the results JSON (default: beside the "
+                                                    "checkpoint, <name>.lm-eval.json, where export's model card "
+                                                    "finds it)")
+    args = parser.parse_args(argv)
+    from plm_lightning.evaluation.lm_eval_run import evaluate_checkpoint, results_path, results_table
+
+    if args.num_fewshot is not None and args.num_fewshot < 0:
+        raise ConfigError(f"evaluate: --num-fewshot={args.num_fewshot} must be >= 0")
+    if args.limit is not None and args.limit <= 0:
+        raise ConfigError(f"evaluate: --limit={args.limit} must be > 0")
+    if args.only_include_path and not args.include_path:
+        raise ConfigError("evaluate: --only-include-path needs --include-path DIR (a directory of task YAMLs)")
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        raise ConfigError("evaluate: --tasks names no task")
+    report = evaluate_checkpoint(args.checkpoint, tasks, include_path=args.include_path,
+                                 include_defaults=not args.only_include_path, num_fewshot=args.num_fewshot,
+                                 limit=args.limit, batch_size=args.batch_size, pll=args.pll,
+                                 max_length=args.max_length, add_bos_token=args.add_bos_token, device=args.device,
+                                 bootstrap_iters=args.bootstrap_iters, seed=args.seed)
+    out = Path(args.out) if args.out else results_path(args.checkpoint)
+    from plm_lightning.files import atomic_write
+
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=1), encoding="utf-8"))
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(results_table(report))
+    print(f"results: {out}")

@@ -1,12 +1,15 @@
 """The model card ``export`` writes beside a transformers directory (``README.md``, Mitchell et al. 2019, *Model
 Cards for Model Reporting*), through ``huggingface_hub``'s ``ModelCard`` / ``ModelCardData`` so the Hub reads its
 metadata: what the checkpoint itself records and nobody else writes down - the objective and its corruption
-settings, the recipe's model and data settings, the steps, tokens and FLOPs seen, and the last logged losses of the
-run (its ``metrics.csv`` beside the checkpoint, when there is one)."""
+settings, the recipe's model and data settings, the steps, tokens and FLOPs seen, the last logged losses of the
+run (its ``metrics.csv`` beside the checkpoint, when there is one), and the lm-evaluation-harness scores that
+``evaluate`` wrote beside the checkpoint (``<name>.lm-eval.json``), also as the card's ``model-index`` so the Hub
+shows them."""
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,32 @@ def last_metrics(checkpoint: Path) -> dict[str, float]:
     return {}
 
 
+def evaluation_scores(checkpoint: Path) -> dict[str, Any] | None:
+    """The report ``evaluate`` wrote beside ``checkpoint`` (``last.ckpt`` -> ``last.lm-eval.json``), or None."""
+    from plm_lightning.evaluation.lm_eval_run import results_path
+
+    path = results_path(checkpoint)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _metric_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
+    """(task, metric, value, standard error) of an ``evaluate`` report, lm-eval's ``name,filter`` keys read."""
+    rows = []
+    for task, metrics in sorted(report.get("tasks", {}).items()):
+        for key, value in metrics.items():
+            name, _, filt = key.partition(",")
+            if name.endswith("_stderr") or name == "sample_len":
+                continue
+            shown = name + (f" ({filt})" if filt and filt != "none" else "")
+            rows.append((task, shown, float(value), metrics.get(f"{name}_stderr,{filt}")))
+    return rows
+
+
 def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family: str,
                license: str | None = None) -> Any:
     """The ``huggingface_hub.ModelCard`` of an exported checkpoint (``ckpt``: the loaded checkpoint)."""
@@ -59,6 +88,17 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
         datasets=[source] if isinstance(source, str) and "/" in source and not Path(source).exists() else None)
     steps, tokens, flops = ckpt.get("global_step", 0), meta.get("tokens_seen", 0), meta.get("flops_seen", 0)
     metrics = last_metrics(checkpoint)
+    report = evaluation_scores(checkpoint)
+    scores = _metric_rows(report) if report else []
+    if scores:
+        from huggingface_hub import EvalResult
+
+        card_data.model_name = checkpoint.stem
+        card_data.eval_results = [EvalResult(task_type=PIPELINE.get(family) or "text-generation", dataset_type=task,
+                                             dataset_name=task, metric_type=metric, metric_value=value,
+                                             source_name="lm-evaluation-harness",
+                                             source_url="https://github.com/EleutherAI/lm-evaluation-harness")
+                                  for task, metric, value, _ in scores]
     lines = [
         f"# {checkpoint.stem}: {objective} pretrained with plm-lightning", "",
         f"A `{architecture}` (transformers family `{family}`) exported from the plm-lightning checkpoint "
@@ -81,4 +121,13 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
                   *(f"| `{k}` | {v:.4f} |" for k, v in sorted(metrics.items())), ""]
     else:
         lines += ["## Metrics", "", "No `metrics.csv` was found beside the checkpoint.", ""]
+    if scores:
+        settings = report.get("settings", {})
+        lines += ["## Evaluation (lm-evaluation-harness)", "",
+                  f"`python -m plm_lightning evaluate` with lm-eval {report.get('lm_eval_version', '?')}: "
+                  f"{settings.get('num_fewshot') if settings.get('num_fewshot') is not None else 'task default'} "
+                  f"shots, limit {settings.get('limit') or 'none'}"
+                  + (f", pseudo-log-likelihood `{settings['pll']}`" if settings.get("pll") else "") + ".", "",
+                  "| task | metric | value | stderr |", "|---|---|---|---|",
+                  *(f"| {t} | {m} | {v:.4f} | {'' if e is None else f'{e:.4f}'} |" for t, m, v, e in scores), ""]
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines))
