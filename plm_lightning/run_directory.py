@@ -116,3 +116,13 @@ def claim_versions(trainer: Any) -> None:
             except FileExistsError:
                 version += 1
         logger._version = version
+
+
+RESULTS_SUFFIX = ".lm-eval.json"
+"""``evaluate``'s results beside a checkpoint: ``last.ckpt`` -> ``last.lm-eval.json`` (export's model card reads them)."""
+
+
+def results_path(checkpoint: str | Path) -> Path:
+    """Where ``evaluate`` writes a checkpoint's results by default (a transformers directory: inside it)."""
+    path = Path(checkpoint)
+    return path / f"results{RESULTS_SUFFIX}" if path.is_dir() else path.with_name(path.stem + RESULTS_SUFFIX)

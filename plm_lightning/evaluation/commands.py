@@ -120,7 +120,8 @@ def run_evaluate(argv: list[str]) -> None:
                                                     "checkpoint, <name>.lm-eval.json, where export's model card "
                                                     "finds it)")
     args = parser.parse_args(argv)
-    from plm_lightning.evaluation.lm_eval_run import evaluate_checkpoint, results_path, results_table
+    from plm_lightning.evaluation.lm_eval_run import evaluate_checkpoint, results_table
+    from plm_lightning.run_directory import results_path
 
     if args.num_fewshot is not None and args.num_fewshot < 0:
         raise ConfigError(f"evaluate: --num-fewshot={args.num_fewshot} must be >= 0")

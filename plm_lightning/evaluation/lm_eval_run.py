@@ -12,15 +12,6 @@ from typing import Any
 
 from plm_lightning.errors import ConfigError
 
-RESULTS_SUFFIX = ".lm-eval.json"
-"""``last.ckpt`` -> ``last.lm-eval.json`` beside it."""
-
-
-def results_path(checkpoint: str | Path) -> Path:
-    """Where ``evaluate`` writes a checkpoint's results by default (a transformers directory: inside it)."""
-    path = Path(checkpoint)
-    return path / f"results{RESULTS_SUFFIX}" if path.is_dir() else path.with_name(path.stem + RESULTS_SUFFIX)
-
 
 def _lm_eval() -> Any:
     try:
@@ -123,5 +114,4 @@ def results_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RESULTS_SUFFIX", "check_task_names", "evaluate_checkpoint", "output_types", "results_path",
-           "results_table", "task_manager"]
+__all__ = ["check_task_names", "evaluate_checkpoint", "output_types", "results_table", "task_manager"]

@@ -48,7 +48,7 @@ def last_metrics(checkpoint: Path) -> dict[str, float]:
 
 def evaluation_scores(checkpoint: Path) -> dict[str, Any] | None:
     """The report ``evaluate`` wrote beside ``checkpoint`` (``last.ckpt`` -> ``last.lm-eval.json``), or None."""
-    from plm_lightning.evaluation.lm_eval_run import results_path
+    from plm_lightning.run_directory import results_path
 
     path = results_path(checkpoint)
     if not path.is_file():
