@@ -102,15 +102,11 @@ def evaluate_checkpoint(checkpoint: str, tasks: list[str], include_path: list[st
 
 def results_table(report: dict[str, Any]) -> str:
     """One line per task and metric: value and, where lm-eval gives it, its standard error."""
+    from plm_lightning.interop.model_card import metric_rows
+
     lines = [f"{'task':<28} {'metric':<22} {'value':>9}  stderr"]
-    for task, metrics in report["tasks"].items():
-        for key, value in metrics.items():
-            name, _, filt = key.partition(",")
-            if name.endswith("_stderr") or name == "sample_len":
-                continue
-            err = metrics.get(f"{name}_stderr,{filt}")
-            shown = f"{name}" + (f" ({filt})" if filt and filt != "none" else "")
-            lines.append(f"{task:<28} {shown:<22} {value:>9.4f}  " + (f"± {err:.4f}" if err is not None else ""))
+    lines += [f"{task:<28} {metric:<22} {value:>9.4f}  " + (f"± {err:.4f}" if err is not None else "")
+              for task, metric, value, err in metric_rows(report)]
     return "\n".join(lines)
 
 

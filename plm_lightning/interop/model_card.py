@@ -59,7 +59,7 @@ def evaluation_scores(checkpoint: Path) -> dict[str, Any] | None:
         return None
 
 
-def _metric_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
+def metric_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
     """(task, metric, value, standard error) of an ``evaluate`` report, lm-eval's ``name,filter`` keys read."""
     rows = []
     for task, metrics in sorted(report.get("tasks", {}).items()):
@@ -89,7 +89,7 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
     steps, tokens, flops = ckpt.get("global_step", 0), meta.get("tokens_seen", 0), meta.get("flops_seen", 0)
     metrics = last_metrics(checkpoint)
     report = evaluation_scores(checkpoint)
-    scores = _metric_rows(report) if report else []
+    scores = metric_rows(report) if report else []
     if scores:
         from huggingface_hub import EvalResult
 
