@@ -27,6 +27,7 @@ EXTRA_COMMANDS = {
     "prompt": "zero/few-shot prompting of a checkpoint on an offline task",
     "acceptability": "minimal-pair acceptability (BLiMP-style) of a checkpoint",
     "evaluate": "lm-evaluation-harness tasks on a checkpoint (masked LMs by pseudo-log-likelihood)",
+    "glue": "fine-tune a checkpoint on every GLUE task (and SuperGLUE BoolQ, RTE) into one table",
     "world": "write the synthetic knowledge world: corpus, facts, LAMA probes, CounterFact requests",
     "probe": "LAMA-style probing at every layer of a checkpoint (logit lens, trained heads, MDL probes)",
     "causal-trace": "ROME's causal tracing: where a fact is recalled, layer by layer",

@@ -15,6 +15,7 @@ from plm_lightning.data_commands import run_optimize, run_pack, run_prepare  # n
 from plm_lightning.errors import CommandParser, ConfigError
 from plm_lightning.evaluation.commands import run_acceptability, run_evaluate, run_prompt  # noqa: F401 - by name
 from plm_lightning.files import writable_path
+from plm_lightning.finetune.commands import run_glue  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.commands import run_causal_trace, run_probe, run_world  # noqa: F401 - dispatched by name
 from plm_lightning.knowledge.edit_commands import run_edit, run_neurons, run_trace_facts  # noqa: F401
 

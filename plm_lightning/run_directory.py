@@ -120,9 +120,12 @@ def claim_versions(trainer: Any) -> None:
 
 RESULTS_SUFFIX = ".lm-eval.json"
 """``evaluate``'s results beside a checkpoint: ``last.ckpt`` -> ``last.lm-eval.json`` (export's model card reads them)."""
+GLUE_SUFFIX = ".glue.json"
+"""``glue``'s report beside a checkpoint: ``last.ckpt`` -> ``last.glue.json`` (export's model card reads it)."""
 
 
-def results_path(checkpoint: str | Path) -> Path:
-    """Where ``evaluate`` writes a checkpoint's results by default (a transformers directory: inside it)."""
+def results_path(checkpoint: str | Path, suffix: str = RESULTS_SUFFIX) -> Path:
+    """Where ``evaluate`` (``suffix``: ``glue``'s) writes a checkpoint's results by default (a transformers
+    directory: inside it)."""
     path = Path(checkpoint)
-    return path / f"results{RESULTS_SUFFIX}" if path.is_dir() else path.with_name(path.stem + RESULTS_SUFFIX)
+    return path / f"results{suffix}" if path.is_dir() else path.with_name(path.stem + suffix)

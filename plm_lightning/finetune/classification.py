@@ -113,6 +113,48 @@ def next_token_loss(lm_head: nn.Module, hidden: Tensor, input_ids: Tensor, atten
     return loss
 
 
+class PositiveClassF1(MulticlassF1Score):
+    """F1 of one class of a binary task, as GLUE scores MRPC and QQP (scikit-learn's ``f1_score``, positive label 1)."""
+
+    def __init__(self, positive: int) -> None:
+        super().__init__(2, average="none")
+        self.positive = positive
+
+    def compute(self) -> Tensor:
+        return super().compute()[self.positive]
+
+
+class MatthewsCorrelation(MulticlassMatthewsCorrCoef):
+    """Matthews correlation (Gorodkin's multiclass form, as scikit-learn's ``matthews_corrcoef``, which GLUE's CoLA
+    scorer calls) from torchmetrics' confusion matrix, 0 where the denominator is 0 (a classifier that always answers
+    one class). torchmetrics 1.9 approximates those cases with epsilons instead and gives a constant classifier a
+    positive score (0.204 on 12 labels, 8 of them positive; torchmetrics issue #3355)."""
+
+    def compute(self) -> Tensor:
+        confmat = self.confmat.double()
+        true, predicted = confmat.sum(1), confmat.sum(0)
+        correct, total = confmat.trace(), confmat.sum()
+        covariance = correct * total - (true * predicted).sum()
+        denominator = (total ** 2 - (predicted ** 2).sum()) * (total ** 2 - (true ** 2).sum())
+        if denominator == 0:
+            return torch.zeros((), device=confmat.device)
+        return (covariance / denominator.sqrt()).float()
+
+
+def classification_metrics(num_labels: int, positive: int | None = None) -> tuple[MetricCollection, MetricCollection]:
+    """Validation and test metrics: Pearson and Spearman correlation for regression (STS-B); accuracy, macro F1 and
+    Matthews correlation (CoLA; scikit-learn's convention) for classes, and with ``positive`` the F1 of that class
+    (``f1_positive``)."""
+    if num_labels == 1:
+        metrics = MetricCollection({"pearson": PearsonCorrCoef(), "spearman": SpearmanCorrCoef()})
+    else:
+        metrics = MetricCollection({"accuracy": MulticlassAccuracy(num_labels, average="micro"),
+                                    "f1": MulticlassF1Score(num_labels, average="macro"),
+                                    "mcc": MatthewsCorrelation(num_labels),
+                                    **({"f1_positive": PositiveClassF1(positive)} if positive is not None else {})})
+    return metrics.clone(prefix="val/"), metrics.clone(prefix="test/")
+
+
 class SequenceClassifier(FinetuneModule):
     """A classifier head on the backbone of ``init_from`` (a checkpoint of ours or a transformers directory)."""
 
@@ -157,14 +199,14 @@ class SequenceClassifier(FinetuneModule):
         nn.init.normal_(self.classifier.weight, 0.0, 0.02)
         if self.classifier.bias is not None:
             nn.init.zeros_(self.classifier.bias)
-        if num_labels == 1:
-            metrics = MetricCollection({"pearson": PearsonCorrCoef(), "spearman": SpearmanCorrCoef()})
-        else:
-            metrics = MetricCollection({"accuracy": MulticlassAccuracy(num_labels, average="micro"),
-                                        "f1": MulticlassF1Score(num_labels, average="macro"),
-                                        "mcc": MulticlassMatthewsCorrCoef(num_labels)})
-        self.val_metrics, self.test_metrics = metrics.clone(prefix="val/"), metrics.clone(prefix="test/")
+        self.val_metrics, self.test_metrics = classification_metrics(num_labels)
         self.load_head(init_from)
+
+    def check_data(self, data: Any) -> None:
+        super().check_data(data)
+        positive = getattr(data, "positive_index", None)
+        if positive is not None:
+            self.val_metrics, self.test_metrics = classification_metrics(self.hparams.num_labels, positive)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> Tensor:

@@ -138,8 +138,9 @@ class ClassificationDataModule(FinetuneDataModule):
     def __init__(self, task: str = "offline:code_or_prose", train_file: str | None = None,
                  validation_file: str | None = None, test_file: str | None = None,
                  text_columns: list[str] | None = None, label_column: str | None = None, regression: bool = False,
-                 both_orders: bool | None = None, max_length: int = 128, batch_size: int = 32, num_workers: int = 0,
-                 seed: int = 1234) -> None:
+                 both_orders: bool | None = None, splits: dict[str, str] | None = None,
+                 positive_label: str | int | None = None, max_length: int = 128, batch_size: int = 32,
+                 num_workers: int = 0, seed: int = 1234) -> None:
         """
         Args:
             task: ``offline:code_or_prose`` / ``offline:continuation`` (built from the embedded corpus), a GLUE task
@@ -154,6 +155,11 @@ class ClassificationDataModule(FinetuneDataModule):
             both_orders: Also feed each pair as (b, a) and add the two representations, as GPT does for similarity
                 (Radford et al. 2018, sec. 3.3); default: for the similarity tasks (mrpc, qqp, stsb) with a tokenizer
                 without [CLS] (a GPT's).
+            splits: ``hf:`` data: the dataset's split for each of ours (train, validation, test), e.g. MNLI's
+                ``{validation: validation_matched, test: validation_mismatched}``; each must exist (default: the
+                usual names, only train required).
+            positive_label: A binary task's positive class (a label, or its index in the labels): also logs the F1
+                of that class (``val/f1_positive``), GLUE's F1 for MRPC and QQP.
             max_length: Tokens per example, [CLS] and separators included.
         """
         super().__init__(task, train_file, validation_file, test_file, max_length, batch_size, num_workers, seed,
@@ -165,7 +171,11 @@ class ClassificationDataModule(FinetuneDataModule):
         self.label_column = label_column or label
         self.regression = regression or task == "stsb"
         self.both_orders = both_orders
+        self.splits, self.positive_label = splits, positive_label
         self.labels: list[str] = []
+        self.label_names: list[str] | None = None
+        """The label names of an ``hf:`` dataset's ClassLabel column, in its order (None: labels sorted)."""
+        self.positive_index: int | None = None
 
     def read_file(self, path: str) -> list[dict[str, Any]]:
         return read_examples(path, tuple(c for c in self.text_columns if c), self.label_column)
@@ -179,17 +189,39 @@ class ClassificationDataModule(FinetuneDataModule):
             columns, label = self.text_columns, self.label_column
         if config == "stsb" and glue:
             self.regression = True
-        return read_hf_dataset(spec, tuple(c for c in columns if c), label)
+        examples, self.label_names = read_hf_dataset(spec, tuple(c for c in columns if c), label, self.splits)
+        return examples
 
     def check(self) -> None:
+        if self.splits is not None and not self.task.startswith("hf:"):
+            raise ConfigError(f"data.splits names a datasets dataset's splits; data.task={self.task!r} is not hf:...")
         if self.regression:
+            if self.positive_label is not None:
+                raise ConfigError("data.positive_label: a regression task has no classes (unset it)")
             return
-        self.labels = sorted({str(e["label"]) for e in self.examples["train"]})
+        # a ClassLabel column brings its classes in its own order (the dataset's ids); other labels: those of training
+        self.labels = list(self.label_names) if self.label_names else \
+            sorted({str(e["label"]) for e in self.examples["train"]})
         for split, rows in self.examples.items():
             unseen = sorted({str(e["label"]) for e in rows} - set(self.labels))
             if unseen:
                 raise ConfigError(f"data: the {split} labels {unseen[:3]} never occur in training (labels: "
                                   f"{', '.join(self.labels[:10])})")
+        self.positive_index = self._positive_index()
+
+    def _positive_index(self) -> int | None:
+        positive = self.positive_label
+        if positive is None:
+            return None
+        if len(self.labels) != 2:
+            raise ConfigError(f"data.positive_label={positive!r}: F1 of a positive class is for binary tasks; this one "
+                              f"has {len(self.labels)} labels ({', '.join(self.labels[:10])})")
+        if isinstance(positive, int) and not isinstance(positive, bool) and 0 <= positive < 2:
+            return positive
+        if str(positive) in self.labels:
+            return self.labels.index(str(positive))
+        raise ConfigError(f"data.positive_label={positive!r} is not one of the labels ({', '.join(self.labels)}) "
+                          "or their index 0/1")
 
     @property
     def num_labels(self) -> int:

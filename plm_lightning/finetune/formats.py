@@ -130,11 +130,16 @@ HF_SPLITS = {"train": ("train",), "validation": ("validation", "validation_match
 """Our split -> the names a ``datasets`` DatasetDict may give it (GLUE's MNLI: validation_matched)."""
 
 
-def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str) -> dict[str, list[dict[str, Any]]]:
+def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str,
+                    splits: dict[str, str] | None = None) -> tuple[dict[str, list[dict[str, Any]]], list[str] | None]:
     """Rows ``{"text_a", ["text_b"], "label"}`` per split of a ``datasets`` dataset: a directory written by
     ``DatasetDict.save_to_disk`` (a local copy), or ``name[:config]`` loaded with ``datasets.load_dataset`` (from its
-    local cache when there is no network). Integer labels stay integers (their names, when the dataset has
-    ``ClassLabel`` features, become the label strings)."""
+    local cache when there is no network), and the label names of a ``ClassLabel`` label column (in the dataset's own
+    order; its integer labels become these names), None otherwise.
+
+    ``splits`` names the dataset's split for each of ours (``train``/``validation``/``test``; MNLI:
+    ``{"validation": "validation_matched", "test": "validation_mismatched"}``): each named one must exist. Without
+    it, each of ours is the first of :data:`HF_SPLITS` that exists, and only ``train`` is required."""
     try:
         import datasets
     except ImportError as err:
@@ -148,9 +153,22 @@ def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str)
     except Exception as err:  # offline hub misses, unknown names: one line
         raise ConfigError(f"data.task=hf:{spec}: cannot load it ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}); give a directory saved with save_to_disk") from err
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise ConfigError(f"data.task=hf:{spec} is one split, not a DatasetDict of splits (train, validation ...): "
+                          "save the DatasetDict that load_dataset returns")
+    unknown = sorted(set(splits or {}) - set(HF_SPLITS))
+    if unknown:
+        raise ConfigError(f"data.splits: {unknown[0]!r} is not one of {', '.join(HF_SPLITS)}")
     out: dict[str, list[dict[str, Any]]] = {}
+    label_names: list[str] | None = None
     for ours, names in HF_SPLITS.items():
-        split = next((n for n in names if n in loaded), None)
+        if splits is not None and ours in splits:
+            split = splits[ours]
+            if split not in loaded:
+                raise ConfigError(f"data.task=hf:{spec} has no split {split!r} (for {ours}); it has "
+                                  f"{', '.join(loaded)}")
+        else:
+            split = next((n for n in names if n in loaded), None)
         if split is None:
             continue
         table = loaded[split]
@@ -158,8 +176,8 @@ def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str)
         if missing:
             raise ConfigError(f"data.task=hf:{spec}: split {split} has no column {missing[0]!r}; its columns are "
                               f"{', '.join(table.column_names)} (set data.text_columns / data.label_column)")
-        feature = table.features[label_column]
-        names_of = getattr(feature, "names", None)
+        names_of = getattr(table.features[label_column], "names", None)
+        label_names = list(names_of) if names_of is not None else label_names
         rows = []
         for record in table:
             label = record[label_column]
@@ -172,4 +190,4 @@ def read_hf_dataset(spec: str, text_columns: tuple[str, ...], label_column: str)
         out[ours] = [r for r in rows if r["label"] != -1]  # GLUE's unlabelled test rows
     if "train" not in out:
         raise ConfigError(f"data.task=hf:{spec} has no train split (it has {', '.join(loaded)})")
-    return out
+    return out, label_names

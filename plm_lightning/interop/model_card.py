@@ -3,8 +3,8 @@ Cards for Model Reporting*), through ``huggingface_hub``'s ``ModelCard`` / ``Mod
 metadata: what the checkpoint itself records and nobody else writes down - the objective and its corruption
 settings, the recipe's model and data settings, the steps, tokens and FLOPs seen, the last logged losses of the
 run (its ``metrics.csv`` beside the checkpoint, when there is one), and the lm-evaluation-harness scores that
-``evaluate`` wrote beside the checkpoint (``<name>.lm-eval.json``), also as the card's ``model-index`` so the Hub
-shows them."""
+``evaluate`` wrote beside the checkpoint (``<name>.lm-eval.json``) and the GLUE table of ``glue``
+(``<name>.glue.json``), both also as the card's ``model-index`` so the Hub shows them."""
 
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ def last_metrics(checkpoint: Path) -> dict[str, float]:
     return {}
 
 
-def evaluation_scores(checkpoint: Path) -> dict[str, Any] | None:
-    """The report ``evaluate`` wrote beside ``checkpoint`` (``last.ckpt`` -> ``last.lm-eval.json``), or None."""
-    from plm_lightning.run_directory import results_path
+def evaluation_scores(checkpoint: Path, suffix: str | None = None) -> dict[str, Any] | None:
+    """The report ``evaluate`` (``suffix``: ``glue``'s ``.glue.json``) wrote beside ``checkpoint`` (``last.ckpt`` ->
+    ``last.lm-eval.json``), or None."""
+    from plm_lightning.run_directory import RESULTS_SUFFIX, results_path
 
-    path = results_path(checkpoint)
+    path = results_path(checkpoint, suffix or RESULTS_SUFFIX)
     if not path.is_file():
         return None
     try:
@@ -70,6 +71,36 @@ def metric_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | N
             shown = name + (f" ({filt})" if filt and filt != "none" else "")
             rows.append((task, shown, float(value), metrics.get(f"{name}_stderr,{filt}")))
     return rows
+
+
+GLUE_NAMES = {"mcc": "Matthews correlation", "accuracy": "accuracy", "f1_positive": "F1",
+              "pearson": "Pearson correlation", "spearman": "Spearman correlation",
+              "mismatched_accuracy": "accuracy (mismatched)"}
+GLUE_SOURCES = {"boolq": ("aps/super_glue", "boolq"), "superglue-rte": ("aps/super_glue", "rte")}
+"""The hub copy of each task of ``glue``'s report (the others: ``nyu-mll/glue`` under their own name)."""
+
+
+def glue_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
+    """(task, metric, value, majority-class floor) of a ``glue`` report, values in percent."""
+    return [(task, GLUE_NAMES.get(metric, metric), 100 * value,
+             None if row["majority"].get(metric) is None else 100 * row["majority"][metric])
+            for task, row in report.get("tasks", {}).items() for metric, value in row["metrics"].items()]
+
+
+def _glue_section(report: dict[str, Any]) -> list[str]:
+    settings = report.get("settings", {})
+    lines = ["## GLUE (fine-tuned)", "",
+             f"`python -m plm_lightning glue`: each task fine-tuned from this checkpoint for "
+             f"{settings.get('epochs')} epochs" + (f" (at most {settings['max_steps']} steps)"
+                                                   if settings.get("max_steps", -1) > 0 else "")
+             + f", learning rate {settings.get('learning_rate')}, batch {settings.get('batch_size')}, "
+             f"{settings.get('max_length')} tokens, seed {settings.get('seed')}; validation splits, in percent, "
+             f"beside what always answering the majority class scores.", "",
+             "| task | metric | value | majority class |", "|---|---|---|---|",
+             *(f"| {t} | {m} | {v:.1f} | {'n/a' if f is None else f'{f:.1f}'} |" for t, m, v, f in glue_rows(report))]
+    lines += [f"| **{bench} average** | task score mean | **{100 * value:.1f}** | |"
+              for bench, value in report.get("average", {}).items()]
+    return [*lines, ""]
 
 
 def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family: str,
@@ -99,6 +130,19 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
                                              source_name="lm-evaluation-harness",
                                              source_url="https://github.com/EleutherAI/lm-evaluation-harness")
                                   for task, metric, value, _ in scores]
+    from plm_lightning.run_directory import GLUE_SUFFIX
+
+    glue = evaluation_scores(checkpoint, GLUE_SUFFIX)
+    if glue and glue.get("tasks"):
+        from huggingface_hub import EvalResult
+
+        card_data.model_name = checkpoint.stem
+        card_data.eval_results = [*(card_data.eval_results or []), *(
+            EvalResult(task_type="text-classification", dataset_type=GLUE_SOURCES.get(task, ("nyu-mll/glue",))[0],
+                       dataset_name=f"GLUE {task}" if task not in GLUE_SOURCES else f"SuperGLUE {task}",
+                       dataset_config=GLUE_SOURCES.get(task, (None, task))[1], dataset_split="validation",
+                       metric_type=metric, metric_value=round(value, 2))
+            for task, metric, value, _ in glue_rows(glue))]
     lines = [
         f"# {checkpoint.stem}: {objective} pretrained with plm-lightning", "",
         f"A `{architecture}` (transformers family `{family}`) exported from the plm-lightning checkpoint "
@@ -130,4 +174,6 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
                   + (f", pseudo-log-likelihood `{settings['pll']}`" if settings.get("pll") else "") + ".", "",
                   "| task | metric | value | stderr |", "|---|---|---|---|",
                   *(f"| {t} | {m} | {v:.4f} | {'' if e is None else f'{e:.4f}'} |" for t, m, v, e in scores), ""]
+    if glue and glue.get("tasks"):
+        lines += _glue_section(glue)
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines))
