@@ -114,6 +114,7 @@ def test_a_glue_copy_is_read_in_its_own_label_order_with_mnlis_two_validation_se
     mrpc = task_data(BENCHMARK_TASKS["mrpc"], str(root), GlueSettings())
     mrpc.setup("fit")
     assert mrpc.positive_index == 1 and mrpc.labels[1] == "equivalent"
+    assert mrpc.similarity and not data.similarity  # a GPT reads MRPC's pairs in both orders, MNLI's in one
     # the floor: always the majority training class, scored independently here
     train = [r["label"] for r in mrpc.examples["train"]]
     top = max(set(train), key=train.count)

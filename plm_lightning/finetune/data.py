@@ -153,8 +153,9 @@ class ClassificationDataModule(FinetuneDataModule):
             label_column: The label column (default: the GLUE task's, or label).
             regression: Labels are numbers (STS-B); the model needs num_labels 1.
             both_orders: Also feed each pair as (b, a) and add the two representations, as GPT does for similarity
-                (Radford et al. 2018, sec. 3.3); default: for the similarity tasks (mrpc, qqp, stsb) with a tokenizer
-                without [CLS] (a GPT's).
+                (Radford et al. 2018, sec. 3.3); default: for the similarity tasks (mrpc, qqp, stsb: by name, as the
+                config of ``hf:nyu-mll/glue:mrpc`` or the directory ``hf:DIR/mrpc``) with a tokenizer without [CLS]
+                (a GPT's).
             splits: ``hf:`` data: the dataset's split for each of ours (train, validation, test), e.g. MNLI's
                 ``{validation: validation_matched, test: validation_mismatched}``; each must exist (default: the
                 usual names, only train required).
@@ -172,6 +173,9 @@ class ClassificationDataModule(FinetuneDataModule):
         self.regression = regression or task == "stsb"
         self.both_orders = both_orders
         self.splits, self.positive_label = splits, positive_label
+        name, _, config = task[3:].partition(":") if task.startswith("hf:") else (task, "", "")
+        self.similarity = (config or Path(name).name) in SIMILARITY
+        """A GLUE similarity task (mrpc, qqp, stsb): pairs without an inherent order."""
         self.labels: list[str] = []
         self.label_names: list[str] | None = None
         """The label names of an ``hf:`` dataset's ClassLabel column, in its order (None: labels sorted)."""
@@ -243,7 +247,7 @@ class ClassificationDataModule(FinetuneDataModule):
         labels = ([float(r["label"]) for r in rows] if self.regression
                   else [self.labels.index(str(r["label"])) for r in rows])
         batch = {**encoder_inputs(tok, [f[0] for f in framed], [f[1] for f in framed]), "labels": torch.tensor(labels)}
-        both = self.both_orders if self.both_orders is not None else (self.task in SIMILARITY and "cls" not in tok.ids)
+        both = self.both_orders if self.both_orders is not None else (self.similarity and "cls" not in tok.ids)
         if both and b[0] is not None:
             swapped = encoder_inputs(tok, *zip(*[pair_frame(tok, list(y), list(x), self.max_length)[:2]
                                                  for x, y in zip(a, b)]))
