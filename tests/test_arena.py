@@ -53,12 +53,13 @@ def test_recipe_variants_are_points_of_one_recipe() -> None:
 OBJECTIVES = {"t5": "Seq2SeqLM", "bart": "Seq2SeqLM", "continuum": "CausalLM", "gpt2": "CausalLM"}
 
 
-def _result(recipe: str, scores: dict[str, float], target: float | None = None, seed: int = 0,
+def _result(recipe: str, scores: dict[str, float], target: tuple[float, float] | None = None, seed: int = 0,
             random_init: dict[str, float] | None = None, parameters: int = 0, budget: float = 1e12) -> RunResult:
     objective = OBJECTIVES.get(recipe.split("[")[0], "MaskedLM")
     return RunResult(recipe, budget, seed, objective, steps=10, flops=budget, flops_per_step=1e11, downstream=scores,
                      val_curve=[(5e11, 3.0), (1e12, 2.5)], val_loss=2.5, parameters=parameters,
-                     statistics={"target_length_mean": target} if target else {}, random_init=random_init or {})
+                     statistics={"target_length_mean": target[0], "input_length_mean": target[1]} if target else {},
+                     random_init=random_init or {})
 
 
 def _seeds(recipe: str, means: dict[str, float], spread: float = 0.01, random_init: dict[str, float] | None = None,
@@ -68,6 +69,24 @@ def _seeds(recipe: str, means: dict[str, float], spread: float = 0.01, random_in
     return [_result(recipe, {t: m + d for t, m in means.items()}, seed=i,
                     random_init={t: m + d for t, m in (random_init or {}).items()}, **kwargs)
             for i, d in enumerate((-spread, 0.0, spread))]
+
+
+def test_target_lengths_are_compared_per_input_token_and_sharing_that_halves_parameters_cuts_them():
+    """The page's own runs (2026-12-07): T5's 14.0 target tokens per 64-token row against BART's 20.3 per 16.8-token
+    corrupted document are 0.69x in absolute length but 0.18x per input token; ALBERT at 2 layers: 0.53x."""
+    from plm_lightning.arena import ArenaConfig, check_claims
+
+    config = ArenaConfig(recipes=("t5", "bart", "albert", "bert"), budgets=(1e12,), configs_dir=CONFIGS,
+                         downstream=("code-or-prose",), num_layers=2)
+    results = [_result("t5", {}, target=(14.0, 64.0)), _result("bart", {}, target=(20.28125, 16.796875)),
+               _result("albert", {}, parameters=86452), _result("bert", {}, parameters=163796)]
+    claims = {c.statement.split()[0]: c for c in check_claims(results, config)}
+    assert claims["T5's"].verdict == "reproduces" and "(t5: 0.22 per input token)" in claims["T5's"].evidence
+    assert "(bart, the whole text: 1.21): 0.18x" in claims["T5's"].evidence
+    assert claims["ALBERT's"].verdict == "reproduces" and "(0.53x; one set of layer weights for 2 layers" in \
+        claims["ALBERT's"].evidence
+    results[1].statistics.pop("input_length_mean")  # statistics of older runs: not measured, never guessed
+    assert {c.statement.split()[0]: c.verdict for c in check_claims(results, config)}["T5's"] == "not measured"
 
 
 def test_estimates_and_the_two_standard_error_rule() -> None:
@@ -98,7 +117,7 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
                *_seeds("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}),  # a clear win
                *_seeds(no_nsp, {"code-or-prose": 0.805, "cloze-spans": 0.40}),  # a tie within noise
                *_seeds("spanbert", {"code-or-prose": 0.80, "cloze-spans": 0.30}),  # clearly worse on the span task
-               _result("t5", {}, target=30.0), _result("bart", {}, target=128.0),
+               _result("t5", {}, target=(30.0, 128.0)), _result("bart", {}, target=(128.0, 120.0)),
                *_seeds("albert", {"code-or-prose": 0.79, "cloze-spans": 0.40}, parameters=300)]
     verdicts = {c.statement.split()[0]: c.verdict for c in check_claims(results, config)}
     assert verdicts == {"Replaced": "reproduces", "RTD": "not measured", "Removing": "inconclusive at this scale",
@@ -106,7 +125,7 @@ def test_claims_are_judged_from_the_scores_and_the_report_is_written(tmp_path) -
                         "ALBERT's": "reproduces", "Fine-tuning": "not measured"}
     claims = {c.statement.split()[0]: c.evidence for c in check_claims(results, config)}
     assert claims["Removing"].startswith(f"{no_nsp} 0.6025 ± 0.0100 (n=3) vs bert 0.6000 ± 0.0100 (n=3); difference +0.0025")
-    assert "1,000 vs 300" not in claims["ALBERT's"] and "300 vs 1,000 parameters (0.30x)" in claims["ALBERT's"]
+    assert "1,000 vs 300" not in claims["ALBERT's"] and "300 vs 1,000 parameters (0.30x;" in claims["ALBERT's"]
     missing = check_claims(results[3:], config)  # no bert: its claims cannot be judged
     assert {c.statement.split()[0]: c.verdict for c in missing}["Replaced"] == "not measured"
     for run in results:
@@ -334,9 +353,9 @@ def test_the_report_is_rebuilt_from_results_csv_alone(tmp_path) -> None:
     results = [*_seeds("bert", {"code-or-prose": 0.80, "cloze-spans": 0.40}, parameters=1000,
                        random_init={"code-or-prose": 0.60, "cloze-spans": 0.20}),
                *_seeds("electra", {"code-or-prose": 0.85, "cloze-spans": 0.45}, budget=4e12),
-               *_seeds("t5", {"code-or-prose": 0.70, "prompt-next-sentence": 0.3}, target=29.0,
+               *_seeds("t5", {"code-or-prose": 0.70, "prompt-next-sentence": 0.3}, target=(29.0, 128.0),
                        random_init={"code-or-prose": 0.5, "prompt-next-sentence": 0.25}),
-               _result("bart", {"code-or-prose": 0.7}, target=100.0)]
+               _result("bart", {"code-or-prose": 0.7}, target=(100.0, 95.0))]
     results[0].errors["prompt-next-sentence"] = "a one-line reason; with a semicolon"
     for i, run in enumerate(results):
         run.started, run.finished, run.seconds, run.job = 1e9 + 100 * i, 1e9 + 100 * i + 150, 150.0, f"local:{i}"

@@ -21,7 +21,9 @@ from plm_lightning.errors import ConfigError
 __all__ = ["Claim", "check_claims", "read_results", "write_report", "write_results_csv"]
 
 _FIXED = ["recipe", "seed", "objective", "budget_flops", "steps", "flops", "flops_per_step", "parameters", "val_loss"]
-_AFTER = ["target_length_mean", "seconds_per_step", "seconds", "started", "finished", "job", "val_curve", "errors"]
+LENGTHS = ("input_length_mean", "target_length_mean")
+"""The corruption statistics a report needs (T5's claim), kept in results.csv."""
+_AFTER = [*LENGTHS, "seconds_per_step", "seconds", "started", "finished", "job", "val_curve", "errors"]
 
 
 def _cell(value: float | None, digits: int | None = 6) -> str:
@@ -41,7 +43,7 @@ def write_results_csv(results: list[RunResult], config: ArenaConfig, path: Path)
     tasks = list(config.downstream)
     rows = [[r.recipe, r.seed, r.objective, _cell(r.budget), r.steps, _cell(r.flops), _cell(r.flops_per_step),
              r.parameters, _cell(r.val_loss, None), *(_cell(r.downstream.get(t), None) for t in tasks),
-             *(_cell(r.random_init.get(t), None) for t in tasks), _cell(r.statistics.get("target_length_mean"), None),
+             *(_cell(r.random_init.get(t), None) for t in tasks), *(_cell(r.statistics.get(k), None) for k in LENGTHS),
              _cell(r.seconds_per_step, None), _cell(r.seconds, None), _cell(r.started, None), _cell(r.finished, None),
              r.job, "|".join(f"{_cell(f, None)}:{_cell(v, None)}" for f, v in r.val_curve),
              json.dumps(r.errors) if r.errors else ""] for r in results]
@@ -65,13 +67,13 @@ def read_results(path: Path, config: ArenaConfig) -> list[RunResult]:
         budget = next((b for b in config.budgets if math.isclose(b, budget, rel_tol=1e-5)), budget)
         curve = [tuple(float(x) for x in point.split(":")) for point in (row.get("val_curve") or "").split("|")
                  if point]
-        target = number(row.get("target_length_mean"))
+        lengths = {k: number(row.get(k)) for k in LENGTHS if number(row.get(k)) is not None}
         results.append(RunResult(
             row["recipe"], budget, int(row["seed"]), row["objective"], float(row["flops_per_step"]), int(row["steps"]),
             float(row["flops"]), int(row["parameters"]), curve, number(row["val_loss"]),
             {t: number(row[t]) for t in config.downstream if row.get(t) not in (None, "")},
             json.loads(row["errors"]) if row.get("errors") else {},
-            {"target_length_mean": target} if target is not None else {}, number(row.get("seconds")) or 0.0,
+            lengths, number(row.get("seconds")) or 0.0,
             number(row.get("seconds_per_step")) or 0.0,
             {t: number(row[f"random-init:{t}"]) for t in config.downstream
              if row.get(f"random-init:{t}") not in (None, "")},
