@@ -38,7 +38,8 @@ def run_glue(argv: list[str]) -> None:
     parser.add_argument("--precision", default="32-true", help="Lightning's precision (32-true, bf16-mixed ...)")
     parser.add_argument("--out", default=None, help="the report JSON (default: beside the checkpoint, "
                                                     "<name>.glue.json, where export's model card finds it)")
-    parser.add_argument("--log-dir", default=None, help="the tasks' CSV logs (default: runs/glue/<name>)")
+    parser.add_argument("--log-dir", default=None, help="the tasks' CSV logs (default: beside the report, "
+                                                        "<name>.glue-logs/<task>)")
     parser.add_argument("--redo", action="store_true", help="score every task again, even those in the report")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
@@ -55,7 +56,7 @@ def run_glue(argv: list[str]) -> None:
     if args.random_init and not args.out:  # the control's scores never stand as the checkpoint's own in its card
         default_out = default_out.with_name(default_out.name.replace(GLUE_SUFFIX, ".random-init" + GLUE_SUFFIX))
     out = Path(args.out) if args.out else default_out
-    log_dir = Path(args.log_dir) if args.log_dir else Path("runs") / "glue" / Path(args.ckpt).stem
+    log_dir = Path(args.log_dir) if args.log_dir else out.with_name(out.name.removesuffix(".json") + "-logs")
     report = run_benchmark(args.ckpt, tasks, args.data, settings, out, log_dir, redo=args.redo)
     if args.json:
         print(json.dumps(report))
