@@ -145,6 +145,17 @@ def test_a_copy_missing_a_split_or_a_column_is_one_line(tmp_path, capsys, bert):
     assert "--epochs=0 must be >= 1" in cli_error(["glue", "--ckpt", bert, "--epochs", "0"], capsys)
 
 
+def test_the_hub_copy_out_of_reach_is_one_line_pointing_at_local_copies(monkeypatch, capsys, bert):
+    import huggingface_hub
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # this machine has no hub: fail fast
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    line = cli_error(["glue", "--ckpt", bert, "--tasks", "cola", "--out", str(Path(bert).with_name("hub.json"))],
+                     capsys)
+    assert line.startswith("plm_lightning: error: glue: cola: data.task=hf:nyu-mll/glue:cola: cannot load it")
+    assert line.endswith("or --data DIR: one save_to_disk copy per task")
+
+
 def test_glue_fine_tunes_every_task_into_one_table_and_a_rerun_scores_only_what_is_missing(tmp_path, capsys, bert):
     from plm_lightning.cli import main
     from plm_lightning.finetune.glue import BENCHMARK_TASKS

@@ -239,7 +239,11 @@ def run_benchmark(checkpoint: str, tasks: list[BenchmarkTask], data_dir: str | N
             log(f"glue: {task.name} already scored in {out} (--redo scores it again)")
             continue
         log(f"glue: fine-tuning on {task.name} ({sources[task.name]})")
-        report["tasks"][task.name] = finetune_task(checkpoint, task, data_dir, settings, log_dir)
+        try:
+            report["tasks"][task.name] = finetune_task(checkpoint, task, data_dir, settings, log_dir)
+        except ConfigError as err:  # the data's own line, said as glue's (its keys are data.*, ours are --*)
+            hint = "" if data_dir else "; or --data DIR: one save_to_disk copy per task"
+            raise ConfigError(f"glue: {task.name}: {err}{hint}") from err
         report["average"] = benchmark_average(report)
         atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=1), encoding="utf-8"))
     report["average"] = benchmark_average(report)
