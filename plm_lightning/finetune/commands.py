@@ -51,7 +51,6 @@ def run_glue(argv: list[str]) -> None:
                             batch_size=args.batch_size, max_length=args.max_length, warmup_ratio=args.warmup_ratio,
                             weight_decay=args.weight_decay, seed=args.seed, random_init=args.random_init,
                             accelerator=args.accelerator, devices=args.devices, precision=args.precision)
-    settings.check()
     default_out = results_path(args.ckpt, GLUE_SUFFIX)
     if args.random_init and not args.out:  # the control's scores never stand as the checkpoint's own in its card
         default_out = default_out.with_name(default_out.name.replace(GLUE_SUFFIX, ".random-init" + GLUE_SUFFIX))

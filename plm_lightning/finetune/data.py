@@ -231,12 +231,16 @@ class ClassificationDataModule(FinetuneDataModule):
     def num_labels(self) -> int:
         return 1 if self.regression else len(self.labels)
 
+    def majority_label(self) -> str:
+        """The most frequent training label (classification)."""
+        train = [str(e["label"]) for e in self.examples["train"]]
+        return max(set(train), key=train.count)
+
     def majority_baseline(self, split: str = "validation") -> float | None:
         """Accuracy of always answering the most frequent training label (classification only)."""
         if self.regression or not self.examples.get(split):
             return None
-        train = [str(e["label"]) for e in self.examples["train"]]
-        top = max(set(train), key=train.count)
+        top = self.majority_label()
         return float(np.mean([str(e["label"]) == top for e in self.examples[split]]))
 
     def collate(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

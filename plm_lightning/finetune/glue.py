@@ -159,8 +159,7 @@ def majority_scores(data: Any, task: BenchmarkTask) -> dict[str, float | None]:
 
     if task.regression:
         return {m: None for m in task.metrics}
-    train = [data.labels.index(str(e["label"])) for e in data.examples["train"]]
-    top = max(set(train), key=train.count)
+    top = data.labels.index(data.majority_label())
     out: dict[str, float | None] = {}
     for split, prefix in (("validation", "val/"), ("test", "test/")):
         rows = data.examples.get(split) or []
@@ -208,7 +207,8 @@ def finetune_task(checkpoint: str, task: BenchmarkTask, data_dir: str | None, se
         tested = scorer.test(model, datamodule=data, verbose=False)[0]
         found["mismatched_accuracy"] = float(tested["test/accuracy"])
     metrics = {m: found[m] for m in task.metrics}
-    return {"metrics": metrics, "score": sum(metrics.values()) / len(metrics), "majority": majority_scores(data, task),
+    return {"dataset": task.dataset, "config": task.config, "metrics": metrics,
+            "score": sum(metrics.values()) / len(metrics), "majority": majority_scores(data, task),
             "examples": {split: len(rows) for split, rows in data.examples.items()},
             "steps": trainer.global_step, "seconds": round(time.time() - start, 1)}
 
@@ -261,15 +261,15 @@ def benchmark_average(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-METRIC_NAMES = {"mcc": "MCC", "accuracy": "acc", "f1_positive": "F1", "pearson": "Pearson", "spearman": "Spearman",
-                "mismatched_accuracy": "acc (mismatched)"}
 
 
 def benchmark_table(report: dict[str, Any]) -> str:
     """The report as a Markdown table in percent, majority-class floors beside each metric."""
+    from plm_lightning.interop.model_card import GLUE_NAMES
+
     lines = ["| task | metric | score | majority class | train | validation |", "|---|---|---|---|---|---|"]
     for name, row in report["tasks"].items():
-        metrics = " / ".join(f"{METRIC_NAMES[m]} {100 * v:.1f}" for m, v in row["metrics"].items())
+        metrics = " / ".join(f"{GLUE_NAMES[m]} {100 * v:.1f}" for m, v in row["metrics"].items())
         floor = " / ".join("n/a" if v is None else f"{100 * v:.1f}" for v in row["majority"].values())
         lines.append(f"| {name} | {metrics} | {100 * row['score']:.1f} | {floor} | {row['examples'].get('train', 0)} "
                      f"| {row['examples'].get('validation', 0)} |")

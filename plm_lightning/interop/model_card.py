@@ -76,8 +76,7 @@ def metric_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | N
 GLUE_NAMES = {"mcc": "Matthews correlation", "accuracy": "accuracy", "f1_positive": "F1",
               "pearson": "Pearson correlation", "spearman": "Spearman correlation",
               "mismatched_accuracy": "accuracy (mismatched)"}
-GLUE_SOURCES = {"boolq": ("aps/super_glue", "boolq"), "superglue-rte": ("aps/super_glue", "rte")}
-"""The hub copy of each task of ``glue``'s report (the others: ``nyu-mll/glue`` under their own name)."""
+"""How the card and ``glue``'s table name the metrics of a ``glue`` report."""
 
 
 def glue_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
@@ -138,9 +137,9 @@ def model_card(ckpt: dict[str, Any], checkpoint: Path, architecture: str, family
 
         card_data.model_name = checkpoint.stem
         card_data.eval_results = [*(card_data.eval_results or []), *(
-            EvalResult(task_type="text-classification", dataset_type=GLUE_SOURCES.get(task, ("nyu-mll/glue",))[0],
-                       dataset_name=f"GLUE {task}" if task not in GLUE_SOURCES else f"SuperGLUE {task}",
-                       dataset_config=GLUE_SOURCES.get(task, (None, task))[1], dataset_split="validation",
+            EvalResult(task_type="text-classification", dataset_type=glue["tasks"][task]["dataset"],
+                       dataset_name=f"{glue['tasks'][task]['dataset']} {task}",
+                       dataset_config=glue["tasks"][task]["config"], dataset_split="validation",
                        metric_type=metric, metric_value=round(value, 2))
             for task, metric, value, _ in glue_rows(glue))]
     lines = [
